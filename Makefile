@@ -1,0 +1,54 @@
+# a2farm — run `make help` for the targets.
+GO        ?= go
+BIN       := bin/a2farm
+RUN_DIR   ?= .run
+REPOS     ?= .repos
+DEV_DATA  ?= data/dev-instances.jsonl
+BENCH_OUT ?= $(RUN_DIR)/bench.txt
+
+.DEFAULT_GOAL := help
+
+.PHONY: help
+help: ## show this help
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+.PHONY: build
+build: ## build bin/a2farm
+	$(GO) build -o $(BIN) ./cmd/a2farm
+
+.PHONY: run
+run: build ## the embedded demo: build the sample repository and dataset, extract and print gold
+	$(BIN) sample --out $(RUN_DIR)/sample
+	$(BIN) gold --dataset $(RUN_DIR)/sample/dataset.jsonl --repos $(RUN_DIR)/sample/repos --out $(RUN_DIR)/sample/gt_location.jsonl
+
+.PHONY: test
+test: ## run the whole test suite (what CI runs)
+	$(GO) vet ./...
+	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	  if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
+	$(GO) test -count=1 ./...
+
+.PHONY: lint
+lint: ## gofmt and go vet
+	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
+	  if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
+	$(GO) vet ./...
+
+.PHONY: bench
+bench: ## run the benchmarks (see docs/BENCHMARKS.md); set A2FARM_BENCH_PYFILE for the real-file parse benchmark
+	@mkdir -p $(RUN_DIR)
+	$(GO) test -run '^$$' -bench . -benchmem -count 1 ./... | tee $(BENCH_OUT)
+
+.PHONY: check-gold
+check-gold: build ## compare extracted gold with the reference on data/dev-instances.jsonl (needs the repos in $(REPOS))
+	@missing=""; for r in psf__requests pallets__flask mwaskom__seaborn; do \
+	  [ -d "$(REPOS)/$$r" ] || missing="$$missing $$r"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "check-gold: skipped, repositories missing under $(REPOS):$$missing"; \
+	  echo "  get them with: git clone --bare https://github.com/<owner>/<name> $(REPOS)/<owner>__<name>"; \
+	  exit 0; fi; \
+	$(BIN) gold --quiet --dataset $(DEV_DATA) --repos $(REPOS) --out $(RUN_DIR)/dev-gt.jsonl --compare $(DEV_DATA)
+
+.PHONY: clean
+clean: ## remove build and run outputs
+	rm -rf bin $(RUN_DIR)

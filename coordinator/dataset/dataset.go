@@ -1,0 +1,208 @@
+// Package dataset reads SWE-bench-style datasets (JSONL, or Parquet with
+// the same columns) into schema.Instance values and validates every row. A
+// bad row yields a RowError that names its line and reason; by default bad
+// rows are skipped and counted, in strict mode the first one fails the load.
+package dataset
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"strings"
+
+	"github.com/a2farm/a2farm/schema"
+)
+
+// RowError describes one rejected row.
+type RowError struct {
+	// Line is the 1-based line (JSONL) or row (Parquet) number.
+	Line       int
+	InstanceID string
+	Reason     string
+}
+
+func (e *RowError) Error() string {
+	if e.InstanceID != "" {
+		return fmt.Sprintf("line %d (%s): %s", e.Line, e.InstanceID, e.Reason)
+	}
+	return fmt.Sprintf("line %d: %s", e.Line, e.Reason)
+}
+
+// RepoChecker verifies that a repository and commit exist. The coordinator
+// and the gold command pass one backed by the --repos folder; nil skips the
+// check.
+type RepoChecker interface {
+	CheckCommit(ctx context.Context, repo, commit string) error
+}
+
+// Options control validation.
+type Options struct {
+	// Strict makes the first bad row fail the load.
+	Strict bool
+	// Repos, when set, must know every row's repository and base commit.
+	Repos RepoChecker
+}
+
+// Result is a loaded dataset.
+type Result struct {
+	Instances []schema.Instance
+	// Skipped are the rejected rows (always empty in strict mode).
+	Skipped []*RowError
+}
+
+// Load reads a .jsonl/.json file, or a .parquet file.
+func Load(ctx context.Context, path string, opts Options) (*Result, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("dataset: %w", err)
+	}
+	defer f.Close()
+	if strings.HasSuffix(strings.ToLower(path), ".parquet") {
+		rows, err := readParquet(ctx, f)
+		if err != nil {
+			return nil, fmt.Errorf("dataset %s: %w", path, err)
+		}
+		return validateAll(ctx, rows, opts)
+	}
+	res, err := Read(ctx, f, opts)
+	if err != nil {
+		return nil, fmt.Errorf("dataset %s: %w", path, err)
+	}
+	return res, nil
+}
+
+// rawRow is one undecoded row with its position.
+type rawRow struct {
+	line   int
+	fields map[string]json.RawMessage
+	err    error
+}
+
+// Read reads JSON lines from r. Blank lines are ignored.
+func Read(ctx context.Context, r io.Reader, opts Options) (*Result, error) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 1<<20), 256<<20) // patches and statements can be large
+	var rows []rawRow
+	line := 0
+	for sc.Scan() {
+		line++
+		text := bytes.TrimSpace(sc.Bytes())
+		if len(text) == 0 {
+			continue
+		}
+		row := rawRow{line: line}
+		if err := json.Unmarshal(text, &row.fields); err != nil {
+			row.err = fmt.Errorf("invalid JSON: %w", err)
+		} else if row.fields == nil {
+			row.err = errors.New("invalid JSON: want an object, got null")
+		}
+		rows = append(rows, row)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("read line %d: %w", line+1, err)
+	}
+	return validateAll(ctx, rows, opts)
+}
+
+func validateAll(ctx context.Context, rows []rawRow, opts Options) (*Result, error) {
+	res := &Result{}
+	seen := map[string]int{}
+	for _, row := range rows {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		inst, rerr := validate(ctx, row, seen, opts.Repos)
+		if rerr != nil {
+			if opts.Strict {
+				return nil, rerr
+			}
+			res.Skipped = append(res.Skipped, rerr)
+			continue
+		}
+		seen[inst.InstanceID] = row.line
+		res.Instances = append(res.Instances, inst)
+	}
+	return res, nil
+}
+
+var (
+	repoPattern   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9_.][A-Za-z0-9_.-]*$`)
+	commitPattern = regexp.MustCompile(`^[0-9a-fA-F]{7,40}$`)
+)
+
+// required are the fields every row must carry, as non-empty strings.
+var required = []string{"instance_id", "repo", "base_commit", "problem_statement", "patch"}
+
+func validate(ctx context.Context, row rawRow, seen map[string]int, repos RepoChecker) (schema.Instance, *RowError) {
+	fail := func(id, format string, args ...any) (schema.Instance, *RowError) {
+		return schema.Instance{}, &RowError{Line: row.line, InstanceID: id, Reason: fmt.Sprintf(format, args...)}
+	}
+	if row.err != nil {
+		return fail("", "%v", row.err)
+	}
+	values := map[string]string{}
+	var id string
+	if raw, ok := row.fields["instance_id"]; ok {
+		_ = json.Unmarshal(raw, &id)
+	}
+	for _, key := range required {
+		raw, ok := row.fields[key]
+		if !ok || string(raw) == "null" {
+			return fail(id, "missing field %q", key)
+		}
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return fail(id, "field %q must be a string", key)
+		}
+		if strings.TrimSpace(s) == "" {
+			return fail(id, "field %q is empty", key)
+		}
+		values[key] = s
+	}
+	if prev, dup := seen[id]; dup {
+		return fail(id, "duplicate instance_id (first on line %d)", prev)
+	}
+	if !repoPattern.MatchString(values["repo"]) || strings.Contains(values["repo"], "..") {
+		return fail(id, "repo %q is not owner/name", values["repo"])
+	}
+	if !commitPattern.MatchString(values["base_commit"]) {
+		return fail(id, "base_commit %q is not a commit id (7-40 hex digits)", values["base_commit"])
+	}
+	if repos != nil {
+		if err := repos.CheckCommit(ctx, values["repo"], values["base_commit"]); err != nil {
+			return fail(id, "%v", err)
+		}
+	}
+	extra := map[string]json.RawMessage{}
+	for k, v := range row.fields {
+		if !isRequired(k) {
+			extra[k] = v
+		}
+	}
+	inst := schema.Instance{
+		InstanceID:       id,
+		Repo:             values["repo"],
+		BaseCommit:       values["base_commit"],
+		ProblemStatement: values["problem_statement"],
+		Patch:            values["patch"],
+	}
+	if len(extra) > 0 {
+		inst.Extra, _ = json.Marshal(extra) // keys sorted: stable output
+	}
+	return inst, nil
+}
+
+func isRequired(key string) bool {
+	for _, k := range required {
+		if k == key {
+			return true
+		}
+	}
+	return false
+}

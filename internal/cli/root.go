@@ -1,0 +1,121 @@
+// Package cli implements the a2farm command line: one file per subcommand,
+// each binding its flags to a package's Config and calling it. Errors are
+// turned into exit codes here and nowhere else.
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/rs/zerolog"
+	"github.com/spf13/cobra"
+
+	"github.com/a2farm/a2farm/coordinator"
+)
+
+// Exit codes.
+const (
+	exitOK    = 0
+	exitError = 1
+	exitUsage = 2
+)
+
+// usageError marks bad flags or arguments.
+type usageError struct{ err error }
+
+func (e *usageError) Error() string { return e.err.Error() }
+func (e *usageError) Unwrap() error { return e.err }
+
+func usagef(format string, args ...any) error { return &usageError{fmt.Errorf(format, args...)} }
+
+// env is what every subcommand gets: output streams and the logger.
+type env struct {
+	stdout, stderr io.Writer
+	log            zerolog.Logger
+	logLevel       string
+	logFormat      string
+}
+
+// Run executes the command line and returns the process exit code.
+func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	e := &env{stdout: stdout, stderr: stderr}
+	root := newRoot(e)
+	root.SetArgs(args)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	err := root.ExecuteContext(ctx)
+	return exitCode(ctx, err, stderr)
+}
+
+// exitCode maps an error to an exit code and prints it once.
+func exitCode(ctx context.Context, err error, stderr io.Writer) int {
+	if err == nil {
+		return exitOK
+	}
+	// Stopped by a signal: a requested shutdown, not a failure.
+	if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+		fmt.Fprintln(stderr, "a2farm: stopped")
+		return exitOK
+	}
+	fmt.Fprintf(stderr, "a2farm: %v\n", err)
+	var ue *usageError
+	var ce *coordinator.ConfigError
+	if errors.As(err, &ue) || errors.As(err, &ce) {
+		return exitUsage
+	}
+	return exitError
+}
+
+func newRoot(e *env) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "a2farm",
+		Short: "Distributed rollout farm for training code-localization agents",
+		Long: `a2farm runs code-localization agents over real repositories at scale and turns
+their trajectories into weighted training shards (the A²Agent method).`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			return e.setupLogging()
+		},
+	}
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err} })
+	root.PersistentFlags().StringVar(&e.logLevel, "log-level", envOr("A2FARM_LOG_LEVEL", "info"), "log level: debug, info, warn, error (env A2FARM_LOG_LEVEL)")
+	root.PersistentFlags().StringVar(&e.logFormat, "log-format", envOr("A2FARM_LOG_FORMAT", "console"), "log format: console or json (env A2FARM_LOG_FORMAT)")
+	root.AddCommand(
+		newGoldCmd(e),
+		newSampleCmd(e),
+		newVersionCmd(e),
+	)
+	return root
+}
+
+func (e *env) setupLogging() error {
+	level, err := zerolog.ParseLevel(strings.ToLower(e.logLevel))
+	if err != nil || e.logLevel == "" {
+		return usagef("--log-level %q: want debug, info, warn or error", e.logLevel)
+	}
+	var w io.Writer
+	switch e.logFormat {
+	case "json":
+		w = e.stderr
+	case "console":
+		w = zerolog.ConsoleWriter{Out: e.stderr, TimeFormat: "15:04:05"}
+	default:
+		return usagef("--log-format %q: want console or json", e.logFormat)
+	}
+	e.log = zerolog.New(w).Level(level).With().Timestamp().Logger()
+	return nil
+}
+
+// envOr returns the environment variable's value, or def when unset: env
+// vars pre-fill flags, flags win.
+func envOr(key, def string) string {
+	if v, ok := os.LookupEnv(key); ok {
+		return v
+	}
+	return def
+}

@@ -1,0 +1,144 @@
+// Package gitrepo reads files of a repository at a commit straight from git
+// objects, without a work tree. Repositories are opened with a storer that
+// keeps pack file descriptors open, which makes repeated reads and history
+// walks several times faster than go-git's default.
+package gitrepo
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"github.com/go-git/go-billy/v5/osfs"
+	"github.com/go-git/go-git/v5"
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/cache"
+	"github.com/go-git/go-git/v5/plumbing/object"
+	"github.com/go-git/go-git/v5/storage/filesystem"
+)
+
+// ErrNotFound reports a missing repository, commit or path.
+var ErrNotFound = errors.New("not found")
+
+// DirName is the folder name of a dataset repository inside a repos
+// directory: "psf/requests" lives in "psf__requests".
+func DirName(repo string) string { return strings.ReplaceAll(repo, "/", "__") }
+
+// Locate finds the repository for "owner/name" under reposDir: a folder
+// named owner__name (bare or with a work tree), or owner__name.git.
+func Locate(reposDir, repo string) (string, error) {
+	if strings.Count(repo, "/") != 1 || strings.Contains(repo, "..") {
+		return "", fmt.Errorf("repository name %q: want owner/name", repo)
+	}
+	base := filepath.Join(reposDir, DirName(repo))
+	for _, dir := range []string{base, base + ".git"} {
+		if st, err := os.Stat(dir); err == nil && st.IsDir() {
+			return dir, nil
+		}
+	}
+	return "", fmt.Errorf("repository %s: no %s under %s: %w", repo, DirName(repo), reposDir, ErrNotFound)
+}
+
+// Repo is an open repository. Reads are serialised: go-git's storer shares
+// open pack files between readers.
+type Repo struct {
+	mu      sync.Mutex
+	repo    *git.Repository
+	storage *filesystem.Storage
+	path    string
+}
+
+// Open opens a bare repository or one with a work tree at dir.
+func Open(dir string) (*Repo, error) {
+	gitDir := dir
+	if st, err := os.Stat(filepath.Join(dir, ".git")); err == nil {
+		if !st.IsDir() {
+			return nil, fmt.Errorf("open %s: .git is a file (linked work tree); pass the main repository", dir)
+		}
+		gitDir = filepath.Join(dir, ".git")
+	} else if _, err := os.Stat(filepath.Join(dir, "objects")); err != nil {
+		return nil, fmt.Errorf("open %s: not a git repository: %w", dir, ErrNotFound)
+	}
+	storage := filesystem.NewStorageWithOptions(osfs.New(gitDir), cache.NewObjectLRUDefault(),
+		filesystem.Options{KeepDescriptors: true})
+	repo, err := git.Open(storage, nil)
+	if err != nil {
+		storage.Close()
+		return nil, fmt.Errorf("open %s: %w", dir, err)
+	}
+	return &Repo{repo: repo, storage: storage, path: dir}, nil
+}
+
+// Close releases the pack file descriptors.
+func (r *Repo) Close() error { return r.storage.Close() }
+
+// Path is the directory the repository was opened from.
+func (r *Repo) Path() string { return r.path }
+
+// Snapshot is the tree of one commit.
+type Snapshot struct {
+	repo   *Repo
+	commit *object.Commit
+	tree   *object.Tree
+}
+
+// At resolves a full or abbreviated commit id (or any revision go-git
+// understands) to a snapshot.
+func (r *Repo) At(rev string) (*Snapshot, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	hash, err := r.repo.ResolveRevision(plumbing.Revision(rev))
+	if err != nil {
+		return nil, fmt.Errorf("commit %s: %w", rev, ErrNotFound)
+	}
+	commit, err := r.repo.CommitObject(*hash)
+	if err != nil {
+		return nil, fmt.Errorf("commit %s: %w", rev, errors.Join(ErrNotFound, err))
+	}
+	tree, err := commit.Tree()
+	if err != nil {
+		return nil, fmt.Errorf("tree of %s: %w", rev, err)
+	}
+	return &Snapshot{repo: r, commit: commit, tree: tree}, nil
+}
+
+// Commit is the snapshot's full commit id.
+func (s *Snapshot) Commit() string { return s.commit.Hash.String() }
+
+// ReadFile returns the content of a regular file at path, or an error
+// wrapping ErrNotFound when the path does not exist (or is not a file).
+func (s *Snapshot) ReadFile(path string) ([]byte, error) {
+	s.repo.mu.Lock()
+	defer s.repo.mu.Unlock()
+	f, err := s.tree.File(path)
+	if err != nil {
+		if errors.Is(err, object.ErrFileNotFound) || errors.Is(err, object.ErrDirectoryNotFound) || errors.Is(err, object.ErrEntryNotFound) {
+			return nil, fmt.Errorf("%s at %s: %w", path, short(s.Commit()), ErrNotFound)
+		}
+		return nil, fmt.Errorf("%s at %s: %w", path, short(s.Commit()), err)
+	}
+	if !f.Mode.IsFile() {
+		return nil, fmt.Errorf("%s at %s is not a regular file: %w", path, short(s.Commit()), ErrNotFound)
+	}
+	rd, err := f.Reader()
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	defer rd.Close()
+	data, err := io.ReadAll(rd)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	return data, nil
+}
+
+func short(sha string) string {
+	if len(sha) > 10 {
+		return sha[:10]
+	}
+	return sha
+}

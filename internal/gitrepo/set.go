@@ -1,0 +1,73 @@
+package gitrepo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+)
+
+// Set opens the repositories of a repos folder on demand and keeps them
+// open; it is safe for concurrent use.
+type Set struct {
+	dir   string
+	mu    sync.Mutex
+	repos map[string]*Repo
+}
+
+// NewSet returns a set over reposDir (one repository per dataset repo,
+// named owner__name).
+func NewSet(reposDir string) *Set {
+	return &Set{dir: reposDir, repos: map[string]*Repo{}}
+}
+
+// Repo returns the open repository for "owner/name".
+func (s *Set) Repo(name string) (*Repo, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if r, ok := s.repos[name]; ok {
+		return r, nil
+	}
+	dir, err := Locate(s.dir, name)
+	if err != nil {
+		return nil, err
+	}
+	r, err := Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	s.repos[name] = r
+	return r, nil
+}
+
+// At opens the snapshot of repo at commit.
+func (s *Set) At(repo, commit string) (*Snapshot, error) {
+	r, err := s.Repo(repo)
+	if err != nil {
+		return nil, err
+	}
+	return r.At(commit)
+}
+
+// CheckCommit reports an error when the repository or commit is missing.
+func (s *Set) CheckCommit(_ context.Context, repo, commit string) error {
+	if _, err := s.At(repo, commit); err != nil {
+		if errors.Is(err, ErrNotFound) {
+			return fmt.Errorf("unknown repo or commit: %w", err)
+		}
+		return err
+	}
+	return nil
+}
+
+// Close closes every repository opened so far.
+func (s *Set) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var errs []error
+	for _, r := range s.repos {
+		errs = append(errs, r.Close())
+	}
+	s.repos = map[string]*Repo{}
+	return errors.Join(errs...)
+}

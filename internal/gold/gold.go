@@ -1,0 +1,205 @@
+// Package gold extracts gold locations from an instance's gold patch, the
+// way the reference generator (LocAgent's gen_oracle_locations) does:
+// changed lines of each edited Python file are mapped to the methods and
+// functions that contain them, before and after the patch.
+//
+// It reproduces the reference's rules (breadth-first structure, class-body
+// and module-level edits give file-level gold only, nested functions roll up
+// to their outermost function, imports, comments, class docstrings and
+// module-level assignments are skipped) and fixes its one crash: a patch
+// that adds or deletes a .py file treats the missing side as an empty file.
+package gold
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/a2farm/a2farm/internal/diff"
+	"github.com/a2farm/a2farm/internal/pyparse"
+	"github.com/a2farm/a2farm/schema"
+)
+
+// DefaultMaxEditFiles is the default limit on edited .py files, as in the
+// reference's SWE-Gym wrapper; instances above it get null gold.
+const DefaultMaxEditFiles = 10
+
+// Options tune extraction.
+type Options struct {
+	// MaxEditFiles: instances that edit more .py files get null gold.
+	// Zero means no limit.
+	MaxEditFiles int
+}
+
+// FileReader reads a file of the repository at the instance's base commit.
+// It returns an error wrapping an error for which IsNotFound is true when
+// the path does not exist.
+type FileReader interface {
+	ReadFile(path string) ([]byte, error)
+}
+
+// Result is the outcome for one instance.
+type Result struct {
+	Gold schema.Gold
+	// NullReason says why Gold.FileChanges is null; empty when it is not.
+	NullReason string
+}
+
+// Extractor turns gold patches into gold rows. It owns a parser and is not
+// safe for concurrent use.
+type Extractor struct {
+	parser     *pyparse.Parser
+	opts       Options
+	isNotFound func(error) bool
+}
+
+// NewExtractor returns an extractor. isNotFound recognises the FileReader's
+// "no such file" errors.
+func NewExtractor(opts Options, isNotFound func(error) bool) (*Extractor, error) {
+	if opts.MaxEditFiles < 0 {
+		return nil, fmt.Errorf("max edit files must be >= 0, got %d", opts.MaxEditFiles)
+	}
+	p, err := pyparse.NewParser()
+	if err != nil {
+		return nil, err
+	}
+	return &Extractor{parser: p, opts: opts, isNotFound: isNotFound}, nil
+}
+
+// Close releases the parser.
+func (e *Extractor) Close() { e.parser.Close() }
+
+// ErrBadPatch marks a patch that cannot be parsed: bad input, not an
+// infrastructure failure.
+var ErrBadPatch = errors.New("bad patch")
+
+// Extract computes the gold row of one instance, reading files at its base
+// commit through src.
+func (e *Extractor) Extract(inst schema.Instance, src FileReader) (Result, error) {
+	res := Result{Gold: schema.Gold{
+		InstanceID:       inst.InstanceID,
+		Repo:             inst.Repo,
+		BaseCommit:       inst.BaseCommit,
+		ProblemStatement: inst.ProblemStatement,
+		Patch:            inst.Patch,
+	}}
+	patches, err := diff.Parse(inst.Patch)
+	if err != nil {
+		return res, fmt.Errorf("%w: %w", ErrBadPatch, err)
+	}
+	var pyFiles []diff.FilePatch
+	seen := map[string]bool{}
+	for _, fp := range patches {
+		if p := fp.Path(); strings.HasSuffix(p, ".py") && !seen[p] {
+			seen[p] = true
+			pyFiles = append(pyFiles, fp)
+		}
+	}
+	switch {
+	case len(pyFiles) == 0:
+		res.NullReason = "the patch edits no .py file"
+		return res, nil
+	case e.opts.MaxEditFiles > 0 && len(pyFiles) > e.opts.MaxEditFiles:
+		res.NullReason = fmt.Sprintf("the patch edits %d .py files (limit %d)", len(pyFiles), e.opts.MaxEditFiles)
+		return res, nil
+	}
+	changes := make([]schema.FileChange, 0, len(pyFiles))
+	for _, fp := range pyFiles {
+		fc, reason, err := e.fileChange(fp, src)
+		if err != nil {
+			return res, err
+		}
+		if reason != "" {
+			res.NullReason = reason
+			return res, nil
+		}
+		changes = append(changes, fc)
+	}
+	res.Gold.FileChanges = changes
+	return res, nil
+}
+
+// fileChange maps the hunks of one file patch to entities. A non-empty
+// reason means the instance gets null gold (the reference drops instances
+// whose patch does not apply).
+func (e *Extractor) fileChange(fp diff.FilePatch, src FileReader) (schema.FileChange, string, error) {
+	path := fp.Path()
+	var oldText []byte
+	if !fp.Added() {
+		data, err := src.ReadFile(path)
+		switch {
+		case err != nil && e.isNotFound != nil && e.isNotFound(err):
+			return schema.FileChange{}, fmt.Sprintf("%s does not exist at base_commit", path), nil
+		case err != nil:
+			return schema.FileChange{}, "", fmt.Errorf("read %s: %w", path, err)
+		}
+		oldText = data
+	}
+	oldLines := diff.SplitLines(string(oldText))
+	newLines, offsets, err := diff.Apply(oldLines, fp)
+	if err != nil {
+		return schema.FileChange{}, fmt.Sprintf("%s: %v", path, err), nil
+	}
+	oldStruct, err := e.structure(path, oldText, fp.Added())
+	if err != nil {
+		return schema.FileChange{}, "", err
+	}
+	newStruct, err := e.structure(path, []byte(strings.Join(newLines, "\n")+"\n"), fp.Deleted())
+	if err != nil {
+		return schema.FileChange{}, "", err
+	}
+
+	var edited, added []string // "C.m" or "f", in first-seen order
+	for i, h := range fp.Hunks {
+		for _, l := range h.Lines {
+			if l.Kind != diff.Removed || strings.TrimSpace(l.Text) == "" {
+				continue
+			}
+			if name, ok := oldStruct.entityAt(l.OldNo+offsets[i], l.Text); ok && !slices.Contains(edited, name) {
+				edited = append(edited, name)
+			}
+		}
+		for _, l := range h.Lines {
+			if l.Kind != diff.Added || strings.TrimSpace(l.Text) == "" {
+				continue
+			}
+			name, ok := newStruct.entityAt(l.NewNo+offsets[i], l.Text)
+			if !ok || slices.Contains(edited, name) || slices.Contains(added, name) {
+				continue
+			}
+			if oldStruct.has(name) {
+				edited = append(edited, name)
+			} else {
+				added = append(added, name)
+			}
+		}
+	}
+	fc := schema.FileChange{File: path}
+	fc.Changes.EditedEntities, fc.Changes.EditedModules = ids(path, edited)
+	fc.Changes.AddedEntities, fc.Changes.AddedModules = ids(path, added)
+	return fc, "", nil
+}
+
+// ids turns "C.m" / "f" names into entity and module ids of a file.
+func ids(path string, names []string) (entities, modules []string) {
+	for _, n := range names {
+		entities = append(entities, path+":"+n)
+		module := path + ":" + strings.SplitN(n, ".", 2)[0]
+		if !slices.Contains(modules, module) {
+			modules = append(modules, module)
+		}
+	}
+	return entities, modules
+}
+
+func (e *Extractor) structure(path string, src []byte, missing bool) (*structure, error) {
+	if missing {
+		return &structure{}, nil
+	}
+	f, err := e.parser.Parse(path, src)
+	if err != nil {
+		return nil, err
+	}
+	return newStructure(f), nil
+}

@@ -1,0 +1,44 @@
+package pyparse
+
+import (
+	"os"
+	"testing"
+)
+
+// BenchmarkParse reports parse throughput on the structure fixture, and in
+// ms per MiB (the unit DESIGN.md uses).
+func BenchmarkParse(b *testing.B) {
+	src, err := os.ReadFile("testdata/structure.py")
+	if err != nil {
+		b.Fatal(err)
+	}
+	benchmarkParse(b, "pkg/sub/structure.py", src)
+}
+
+func benchmarkParse(b *testing.B, path string, src []byte) {
+	p := newTestParser(b)
+	b.SetBytes(int64(len(src)))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		if _, err := p.Parse(path, src); err != nil {
+			b.Fatal(err)
+		}
+	}
+	perOp := b.Elapsed().Seconds() / float64(b.N)
+	b.ReportMetric(perOp*1e3*float64(1<<20)/float64(len(src)), "ms/MiB")
+}
+
+// BenchmarkParseFile parses the file named by A2FARM_BENCH_PYFILE (a large
+// real module gives the representative ms/MiB figure); skipped when unset.
+func BenchmarkParseFile(b *testing.B) {
+	path := os.Getenv("A2FARM_BENCH_PYFILE")
+	if path == "" {
+		b.Skip("set A2FARM_BENCH_PYFILE to a Python file")
+	}
+	src, err := os.ReadFile(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	benchmarkParse(b, "bench/module.py", src)
+}

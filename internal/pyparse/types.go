@@ -1,0 +1,172 @@
+package pyparse
+
+// Span is a range of source lines, 1-based and inclusive at both ends.
+type Span struct {
+	Start int `json:"start"`
+	End   int `json:"end"`
+}
+
+// Contains reports whether line lies inside the span.
+func (s Span) Contains(line int) bool { return line >= s.Start && line <= s.End }
+
+// DefKind says whether a definition is a class or a function.
+type DefKind uint8
+
+// Definition kinds.
+const (
+	KindClass DefKind = iota + 1
+	KindFunction
+)
+
+func (k DefKind) String() string {
+	switch k {
+	case KindClass:
+		return "class"
+	case KindFunction:
+		return "function"
+	}
+	return "unknown"
+}
+
+// MarshalText makes kinds readable in JSON output.
+func (k DefKind) MarshalText() ([]byte, error) { return []byte(k.String()), nil }
+
+// Def is a class or function definition (methods and nested definitions
+// included).
+type Def struct {
+	Kind DefKind `json:"kind"`
+	Name string  `json:"name"`
+	// QualName is the dotted path from the module, e.g. "Outer.method.inner".
+	QualName string `json:"qual_name"`
+	Async    bool   `json:"async,omitempty"`
+	// Method is true for a function defined directly in a class body.
+	Method bool `json:"method,omitempty"`
+	// Span runs from the `def`/`class` line (or `async def`) to the last line
+	// of the body, like Python's ast lineno/end_lineno: decorators are outside
+	// it and trailing comments do not extend it.
+	Span       Span        `json:"span"`
+	Decorators []Decorator `json:"decorators,omitempty"`
+	Docstring  *Docstring  `json:"docstring,omitempty"`
+	// Bases are the base-class expressions of a class as written ("Base",
+	// "mod.Base"); keyword arguments such as metaclass= are left out.
+	Bases []string `json:"bases,omitempty"`
+	// Calls are the call sites in this definition's own body, not in nested
+	// definitions, plus the calls inside its decorators (InDecorator set).
+	Calls    []Call `json:"calls,omitempty"`
+	Children []*Def `json:"children,omitempty"`
+
+	// StartByte and EndByte delimit the definition's source (without
+	// decorators), for callers that need its code.
+	StartByte uint32 `json:"-"`
+	EndByte   uint32 `json:"-"`
+
+	// astDepth is the depth of the node in Python's ast, used to reproduce
+	// ast.walk's breadth-first order.
+	astDepth int
+}
+
+// Decorator is one `@expr` line (or lines) of a decorated definition.
+type Decorator struct {
+	Span Span `json:"span"`
+	// Name is the decorator expression without its call arguments,
+	// e.g. "property" or "app.route".
+	Name string `json:"name"`
+}
+
+// Docstring is a string literal that is the first statement of a module,
+// class or function body.
+type Docstring struct {
+	// Span covers the literal as written in the source.
+	Span Span `json:"span"`
+	// Text is the literal's value (escapes decoded), before any cleaning.
+	Text string `json:"text"`
+}
+
+// Import is one import statement.
+type Import struct {
+	Span Span `json:"span"`
+	// From is true for `from m import ...`.
+	From bool `json:"from,omitempty"`
+	// Level is the number of leading dots of a relative import.
+	Level int `json:"level,omitempty"`
+	// Module is the module name as written, without leading dots
+	// (empty for `from . import x` and for plain `import a, b`).
+	Module string `json:"module,omitempty"`
+	// Resolved is the absolute dotted module name for from-imports, with
+	// relative imports resolved against the importing file's package. It is
+	// empty when a relative import climbs above the repository root.
+	Resolved string       `json:"resolved,omitempty"`
+	Names    []ImportName `json:"names,omitempty"`
+	Star     bool         `json:"star,omitempty"`
+	// Scope is the QualName of the innermost enclosing definition, or ""
+	// for module level.
+	Scope string `json:"scope,omitempty"`
+}
+
+// ImportName is one imported name; for `import a.b as c` Name is "a.b" and
+// Alias is "c".
+type ImportName struct {
+	Name  string `json:"name"`
+	Alias string `json:"alias,omitempty"`
+}
+
+// Assignment is a module-level simple (`x = ...`) or annotated
+// (`x: T = ...`) assignment statement.
+type Assignment struct {
+	Span      Span     `json:"span"`
+	Targets   []string `json:"targets"`
+	Annotated bool     `json:"annotated,omitempty"`
+}
+
+// Call is a call site: a bare name gives Name, `obj.attr(...)` gives the
+// attribute with Attribute set.
+type Call struct {
+	Name        string `json:"name"`
+	Attribute   bool   `json:"attribute,omitempty"`
+	Line        int    `json:"line"`
+	InDecorator bool   `json:"in_decorator,omitempty"`
+}
+
+// File is the structure of one parsed Python source file.
+type File struct {
+	Path  string `json:"path"`
+	Lines int    `json:"lines"`
+	// Defs are the top-level definitions in source order; nested ones hang
+	// off Children.
+	Defs        []*Def       `json:"defs,omitempty"`
+	Imports     []Import     `json:"imports,omitempty"`
+	Assignments []Assignment `json:"assignments,omitempty"`
+	Docstring   *Docstring   `json:"docstring,omitempty"`
+	// Calls are module-level call sites (outside every definition).
+	Calls []Call `json:"calls,omitempty"`
+	// HasErrors is true when tree-sitter had to recover from a syntax error;
+	// the structure is then best effort.
+	HasErrors bool `json:"has_errors,omitempty"`
+}
+
+// Walk visits every definition depth-first in source order; returning false
+// from fn skips the definition's children.
+func (f *File) Walk(fn func(*Def) bool) {
+	var visit func([]*Def)
+	visit = func(defs []*Def) {
+		for _, d := range defs {
+			if fn(d) {
+				visit(d.Children)
+			}
+		}
+	}
+	visit(f.Defs)
+}
+
+// BreadthFirst returns every definition in the order Python's ast.walk
+// yields them: by depth in the ast, then by source position. The reference
+// gold extractor depends on this order.
+func (f *File) BreadthFirst() []*Def {
+	var all []*Def
+	f.Walk(func(d *Def) bool { all = append(all, d); return true })
+	// Walk yields source order (pre-order DFS); a stable sort by ast depth
+	// turns it into breadth-first order, because at equal depth ast.walk
+	// visits nodes in source order.
+	sortStableByDepth(all)
+	return all
+}
