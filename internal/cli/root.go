@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/a2farm/a2farm/coordinator"
+	"github.com/a2farm/a2farm/internal/progress"
 )
 
 // Exit codes.
@@ -103,7 +104,7 @@ func (e *env) setupLogging() error {
 	case "json":
 		w = e.stderr
 	case "console":
-		w = zerolog.ConsoleWriter{Out: e.stderr, TimeFormat: "15:04:05"}
+		w = zerolog.ConsoleWriter{Out: e.stderr, TimeFormat: "15:04:05", NoColor: !progress.IsTerminal(e.stderr)}
 	default:
 		return usagef("--log-format %q: want console or json", e.logFormat)
 	}

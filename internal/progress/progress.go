@@ -27,8 +27,11 @@ type Bar struct {
 
 // New returns a bar that writes to w.
 func New(w io.Writer, label string, total int) *Bar {
-	b := &Bar{w: w, label: label, total: total, now: time.Now, terminal: isTerminal(w)}
+	b := &Bar{w: w, label: label, total: total, now: time.Now, terminal: IsTerminal(w)}
 	b.start = b.now()
+	// Off a terminal the first line waits for the interval, so short runs
+	// print only their final line.
+	b.last = b.start
 	return b
 }
 
@@ -77,7 +80,8 @@ func (b *Bar) draw(now time.Time) {
 	}
 }
 
-func isTerminal(w io.Writer) bool {
+// IsTerminal reports whether w is a character device (a terminal).
+func IsTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
 	if !ok {
 		return false

@@ -1,7 +1,10 @@
 package pyparse
 
 import (
+	"io/fs"
 	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -41,4 +44,48 @@ func BenchmarkParseFile(b *testing.B) {
 		b.Fatal(err)
 	}
 	benchmarkParse(b, "bench/module.py", src)
+}
+
+// BenchmarkParseTree parses every .py file under A2FARM_BENCH_PYDIR (e.g.
+// a `git archive` of a real repository) per iteration; skipped when unset.
+func BenchmarkParseTree(b *testing.B) {
+	root := os.Getenv("A2FARM_BENCH_PYDIR")
+	if root == "" {
+		b.Skip("set A2FARM_BENCH_PYDIR to a folder of Python files")
+	}
+	type file struct {
+		path string
+		src  []byte
+	}
+	var files []file
+	var total int64
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".py") {
+			return err
+		}
+		src, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		files = append(files, file{path, src})
+		total += int64(len(src))
+		return nil
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	p := newTestParser(b)
+	b.SetBytes(total)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		for _, f := range files {
+			if _, err := p.Parse(f.path, f.src); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	perOp := b.Elapsed().Seconds() / float64(b.N)
+	b.ReportMetric(perOp*1e3*float64(1<<20)/float64(total), "ms/MiB")
+	b.ReportMetric(float64(len(files)), "files")
 }

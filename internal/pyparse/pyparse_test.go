@@ -2,14 +2,12 @@ package pyparse
 
 import (
 	"encoding/json"
-	"flag"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
-)
 
-var update = flag.Bool("update", false, "rewrite golden files")
+	"github.com/a2farm/a2farm/internal/golden"
+)
 
 func newTestParser(t testing.TB) *Parser {
 	t.Helper()
@@ -19,25 +17,6 @@ func newTestParser(t testing.TB) *Parser {
 	}
 	t.Cleanup(p.Close)
 	return p
-}
-
-// golden compares got with testdata/name, rewriting it under -update.
-func golden(t *testing.T, name string, got []byte) {
-	t.Helper()
-	path := filepath.Join("testdata", name)
-	if *update {
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run go test -update to create it)", err)
-	}
-	if string(got) != string(want) {
-		t.Errorf("%s differs from the golden file; run go test -update after checking the diff.\ngot:\n%s", name, got)
-	}
 }
 
 func TestParseStructureGolden(t *testing.T) {
@@ -53,7 +32,7 @@ func TestParseStructureGolden(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	golden(t, "structure.golden.json", append(out, '\n'))
+	golden.Check(t, "structure.golden.json", append(out, '\n'))
 }
 
 func TestBreadthFirstOrder(t *testing.T) {

@@ -1,0 +1,132 @@
+package dataset
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/a2farm/a2farm/internal/gitrepo"
+	"github.com/a2farm/a2farm/internal/sample"
+	"github.com/a2farm/a2farm/schema"
+)
+
+const goodRow = `{"instance_id": "o__r-1", "repo": "o/r", "base_commit": "abcdef1", "problem_statement": "p", "patch": "d", "hints_text": "h", "version": 1.2}`
+
+func TestReadValidatesRows(t *testing.T) {
+	tests := []struct {
+		name string
+		row  string
+		want string // substring of the reason
+	}{
+		{"invalid json", `{"instance_id": "o__r-2",`, "invalid JSON"},
+		{"not an object", `[1, 2]`, "invalid JSON"},
+		{"null row", `null`, "want an object"},
+		{"missing field", `{"instance_id": "o__r-2", "repo": "o/r", "base_commit": "abcdef1", "patch": "d"}`, `missing field "problem_statement"`},
+		{"wrong type", `{"instance_id": "o__r-2", "repo": "o/r", "base_commit": 12, "problem_statement": "p", "patch": "d"}`, `field "base_commit" must be a string`},
+		{"empty field", `{"instance_id": "o__r-2", "repo": "o/r", "base_commit": "abcdef1", "problem_statement": " ", "patch": "d"}`, `field "problem_statement" is empty`},
+		{"bad repo", `{"instance_id": "o__r-2", "repo": "../etc", "base_commit": "abcdef1", "problem_statement": "p", "patch": "d"}`, "not owner/name"},
+		{"bad commit", `{"instance_id": "o__r-2", "repo": "o/r", "base_commit": "main", "problem_statement": "p", "patch": "d"}`, "not a commit id"},
+		{"duplicate", goodRow, "duplicate instance_id (first on line 1)"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			input := goodRow + "\n\n" + tt.row + "\n"
+			res, err := Read(context.Background(), strings.NewReader(input), Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(res.Instances) != 1 || len(res.Skipped) != 1 {
+				t.Fatalf("instances %d skipped %d, want 1 and 1", len(res.Instances), len(res.Skipped))
+			}
+			skip := res.Skipped[0]
+			if skip.Line != 3 || !strings.Contains(skip.Reason, tt.want) {
+				t.Errorf("skipped = %v, want line 3 with %q", skip, tt.want)
+			}
+
+			_, err = Read(context.Background(), strings.NewReader(input), Options{Strict: true})
+			var rowErr *RowError
+			if !errors.As(err, &rowErr) || rowErr.Line != 3 {
+				t.Errorf("strict: err = %v, want a RowError on line 3", err)
+			}
+		})
+	}
+}
+
+func TestReadKeepsExtraFields(t *testing.T) {
+	res, err := Read(context.Background(), strings.NewReader(goodRow), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := res.Instances[0]
+	if in.InstanceID != "o__r-1" || in.PackageName() != "o" {
+		t.Errorf("instance = %+v", in)
+	}
+	if string(in.Extra) != `{"hints_text":"h","version":1.2}` {
+		t.Errorf("extra = %s", in.Extra)
+	}
+}
+
+func TestLoadChecksReposAndCommits(t *testing.T) {
+	l, err := sample.Write(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	repos := gitrepo.NewSet(l.ReposDir)
+	defer repos.Close()
+	good, _ := json.Marshal(l.Instances[0])
+	unknownRepo := strings.Replace(string(good), `"repo":"acme/inventory"`, `"repo":"acme/missing"`, 1)
+	badCommit := strings.Replace(string(good), l.Instances[0].BaseCommit, "0123456789abcdef0123456789abcdef01234567", 1)
+	badCommit = strings.Replace(badCommit, l.Instances[0].InstanceID, "acme__inventory-99", 1)
+	unknownRepo = strings.Replace(unknownRepo, l.Instances[0].InstanceID, "acme__inventory-98", 1)
+	path := filepath.Join(t.TempDir(), "d.jsonl")
+	if err := os.WriteFile(path, []byte(string(good)+"\n"+unknownRepo+"\n"+badCommit+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	res, err := Load(context.Background(), path, Options{Repos: repos})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Instances) != 1 || len(res.Skipped) != 2 {
+		t.Fatalf("instances %d skipped %v", len(res.Instances), res.Skipped)
+	}
+	if !strings.Contains(res.Skipped[0].Reason, "acme__missing") || !strings.Contains(res.Skipped[1].Reason, "commit 0123456789") {
+		t.Errorf("reasons = %q / %q", res.Skipped[0].Reason, res.Skipped[1].Reason)
+	}
+}
+
+func TestLoadParquet(t *testing.T) {
+	rows := []schema.Instance{
+		{InstanceID: "o__r-1", Repo: "o/r", BaseCommit: "abcdef1", ProblemStatement: "p", Patch: "d"},
+		{InstanceID: "o__r-2", Repo: "o/r", BaseCommit: "abcdef2", ProblemStatement: "", Patch: "d"},
+	}
+	rec := schema.InstanceCodec().Encode(nil, rows)
+	defer rec.Release()
+	path := filepath.Join(t.TempDir(), "d.parquet")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := schema.WriteParquet(f, rec); err != nil {
+		t.Fatal(err)
+	}
+	res, err := Load(context.Background(), path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Instances) != 1 || res.Instances[0].InstanceID != "o__r-1" {
+		t.Errorf("instances = %+v", res.Instances)
+	}
+	if len(res.Skipped) != 1 || res.Skipped[0].Line != 2 || !strings.Contains(res.Skipped[0].Reason, "problem_statement") {
+		t.Errorf("skipped = %v", res.Skipped)
+	}
+}
+
+func TestLoadMissingFile(t *testing.T) {
+	if _, err := Load(context.Background(), filepath.Join(t.TempDir(), "none.jsonl"), Options{}); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("err = %v, want not-exist", err)
+	}
+}

@@ -1,0 +1,161 @@
+package archtest
+
+import (
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/a2farm/a2farm"
+
+// pkg is what the checks need to know about one package.
+type pkg struct {
+	path    string          // import path
+	imports map[string]bool // non-test imports
+	hasDoc  bool
+	cgo     bool
+}
+
+func loadPackages(t *testing.T) map[string]*pkg {
+	t.Helper()
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pkgs := map[string]*pkg{}
+	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		name := d.Name()
+		if d.IsDir() {
+			if path != root && (strings.HasPrefix(name, ".") || name == "testdata" || name == "bin") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(name, ".go") || strings.HasSuffix(name, "_test.go") {
+			return nil
+		}
+		f, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.ImportsOnly|parser.ParseComments)
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, filepath.Dir(path))
+		ip := module
+		if rel != "." {
+			ip += "/" + filepath.ToSlash(rel)
+		}
+		p := pkgs[ip]
+		if p == nil {
+			p = &pkg{path: ip, imports: map[string]bool{}}
+			pkgs[ip] = p
+		}
+		if f.Doc != nil && strings.HasPrefix(f.Doc.Text(), "Package "+f.Name.Name) || f.Doc != nil && f.Name.Name == "main" {
+			p.hasDoc = true
+		}
+		for _, imp := range f.Imports {
+			s, _ := strconv.Unquote(imp.Path.Value)
+			if s == "C" {
+				p.cgo = true
+				continue
+			}
+			p.imports[s] = true
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pkgs) < 5 {
+		t.Fatalf("found only %d packages; is the walk rooted right?", len(pkgs))
+	}
+	return pkgs
+}
+
+func under(path, dir string) bool {
+	full := module + "/" + dir
+	return path == full || strings.HasPrefix(path, full+"/")
+}
+
+func isStdlib(path string) bool { return !strings.Contains(strings.SplitN(path, "/", 2)[0], ".") }
+
+func TestPackagesHaveDocComments(t *testing.T) {
+	for _, p := range loadPackages(t) {
+		if !p.hasDoc {
+			t.Errorf("%s has no package doc comment", p.path)
+		}
+	}
+}
+
+func TestOnlyPyparseUsesCgo(t *testing.T) {
+	for _, p := range loadPackages(t) {
+		if p.cgo && p.path != module+"/internal/pyparse" {
+			t.Errorf("%s uses cgo; only internal/pyparse may", p.path)
+		}
+	}
+}
+
+// TestImportRules enforces DESIGN.md §1: imports flow one way, cli ->
+// coordinator/worker/learner -> internal, schema.
+func TestImportRules(t *testing.T) {
+	pkgs := loadPackages(t)
+	for _, p := range pkgs {
+		for imp := range p.imports {
+			if !strings.HasPrefix(imp, module) {
+				continue
+			}
+			switch {
+			case under(imp, "internal/cli") && p.path != module+"/cmd/a2farm":
+				t.Errorf("%s imports %s: only cmd/a2farm may import the CLI", p.path, imp)
+			case under(p.path, "internal") && !under(p.path, "internal/cli") &&
+				(under(imp, "coordinator") || under(imp, "worker") || under(imp, "learner")):
+				t.Errorf("%s imports %s: internal packages sit below coordinator, worker and learner", p.path, imp)
+			case (under(p.path, "learner") || under(p.path, "coordinator")) && under(imp, "worker"):
+				t.Errorf("%s imports %s: learner and coordinator never import worker", p.path, imp)
+			case under(p.path, "learner") && under(imp, "coordinator"),
+				under(p.path, "worker") && (under(imp, "coordinator") || under(imp, "learner")):
+				t.Errorf("%s imports %s: roles share code only through internal/ and schema", p.path, imp)
+			}
+		}
+	}
+}
+
+// TestLeafPackagesStayLeaves keeps the contracts and the parser free of
+// heavy dependencies.
+func TestLeafPackagesStayLeaves(t *testing.T) {
+	allowed := map[string][]string{
+		module + "/schema":           {"github.com/apache/arrow-go/"},
+		module + "/internal/pyparse": {"github.com/tree-sitter/"},
+	}
+	pkgs := loadPackages(t)
+	for path, prefixes := range allowed {
+		p := pkgs[path]
+		if p == nil {
+			t.Errorf("package %s not found", path)
+			continue
+		}
+		for imp := range p.imports {
+			ok := isStdlib(imp) || slices.ContainsFunc(prefixes, func(pre string) bool { return strings.HasPrefix(imp, pre) })
+			if !ok {
+				t.Errorf("%s imports %s; it may import only the standard library and %v", path, imp, prefixes)
+			}
+		}
+	}
+}
+
+func TestMainStaysThin(t *testing.T) {
+	data, err := os.ReadFile("../../cmd/a2farm/main.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(data), "\n"); n > 30 {
+		t.Errorf("cmd/a2farm/main.go has %d lines; keep it to parse, build, run, exit", n)
+	}
+}

@@ -1,0 +1,102 @@
+package cli
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func run(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code = Run(context.Background(), args, &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+func TestExitCodes(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		code int
+		want string
+	}{
+		{"unknown flag", []string{"gold", "--nope"}, exitUsage, "unknown flag"},
+		{"missing dataset", []string{"gold", "--repos", "."}, exitUsage, "--dataset"},
+		{"missing repos folder", []string{"gold", "--dataset", "x.jsonl", "--repos", "/does/not/exist"}, exitUsage, "does not exist"},
+		{"bad log format", []string{"--log-format", "xml", "version"}, exitUsage, "--log-format"},
+		{"sample needs out", []string{"sample"}, exitUsage, "--out"},
+		{"unknown dataset file", []string{"gold", "--dataset", "/does/not/exist.jsonl", "--repos", "."}, exitError, "no such file"},
+		{"version", []string{"version"}, exitOK, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, _, stderr := run(t, tt.args...)
+			if code != tt.code || !strings.Contains(stderr, tt.want) {
+				t.Errorf("exit %d, stderr %q; want exit %d mentioning %q", code, stderr, tt.code, tt.want)
+			}
+		})
+	}
+}
+
+func TestSignalStopIsNotAFailure(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if code := exitCode(ctx, context.Canceled, new(bytes.Buffer)); code != exitOK {
+		t.Errorf("exit code after a signal = %d, want 0", code)
+	}
+}
+
+// TestSampleThenGold runs the demo pipeline through the command line:
+// write the sample, extract its gold, compare it with itself and with a
+// doctored reference.
+func TestSampleThenGold(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "sample")
+	if code, out, errOut := run(t, "sample", "--out", dir); code != 0 || !strings.Contains(out, "6 instances") {
+		t.Fatalf("sample: exit %d\n%s\n%s", code, out, errOut)
+	}
+	gt := filepath.Join(dir, "gt_location.jsonl")
+	code, out, errOut := run(t, "gold", "-q", "--dataset", filepath.Join(dir, "dataset.jsonl"),
+		"--repos", filepath.Join(dir, "repos"), "--out", gt, "--compare", gt)
+	if code != 0 {
+		t.Fatalf("gold: exit %d\n%s\n%s", code, out, errOut)
+	}
+	if !strings.Contains(out, "inventory/models.py:Warehouse.remove_item") || !strings.Contains(out, "6 match, 0 differ") {
+		t.Errorf("gold output:\n%s", out)
+	}
+	if n := countLines(t, gt); n != 6 {
+		t.Errorf("%s has %d rows, want 6", gt, n)
+	}
+
+	data, err := os.ReadFile(gt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doctored := filepath.Join(t.TempDir(), "ref.jsonl")
+	bad := strings.Replace(string(data), `"edited_entities":["inventory/models.py:Warehouse.remove_item"]`, `"edited_entities":["inventory/models.py:Warehouse.add_item"]`, 1)
+	if err := os.WriteFile(doctored, []byte(bad), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, _ = run(t, "gold", "-q", "--dataset", filepath.Join(dir, "dataset.jsonl"),
+		"--repos", filepath.Join(dir, "repos"), "--compare", doctored)
+	if code != exitError || !strings.Contains(out, "DIFF acme__inventory-1 inventory/models.py edited_entities") || !strings.Contains(out, "5 match, 1 differ") {
+		t.Errorf("compare with a doctored reference: exit %d\n%s", code, out)
+	}
+}
+
+func countLines(t *testing.T, path string) int {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	n := 0
+	for sc := bufio.NewScanner(f); sc.Scan(); {
+		n++
+	}
+	return n
+}

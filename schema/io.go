@@ -1,0 +1,139 @@
+package schema
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/ipc"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/apache/arrow-go/v18/parquet"
+	"github.com/apache/arrow-go/v18/parquet/compress"
+	"github.com/apache/arrow-go/v18/parquet/file"
+	"github.com/apache/arrow-go/v18/parquet/pqarrow"
+)
+
+// WriteIPC writes record batches as one zstd-compressed Arrow IPC stream.
+func WriteIPC(w io.Writer, schema *arrow.Schema, recs ...arrow.RecordBatch) error {
+	iw := ipc.NewWriter(w, ipc.WithSchema(schema), ipc.WithZstd())
+	for _, rec := range recs {
+		if err := iw.Write(rec); err != nil {
+			iw.Close()
+			return fmt.Errorf("write arrow ipc: %w", err)
+		}
+	}
+	if err := iw.Close(); err != nil {
+		return fmt.Errorf("write arrow ipc: %w", err)
+	}
+	return nil
+}
+
+// ReadIPC reads every record batch of an Arrow IPC stream and calls fn with
+// each; the batch is released after fn returns.
+func ReadIPC(r io.Reader, fn func(arrow.RecordBatch) error) error {
+	ir, err := ipc.NewReader(r, ipc.WithAllocator(memory.DefaultAllocator))
+	if err != nil {
+		return fmt.Errorf("read arrow ipc: %w", err)
+	}
+	defer ir.Release()
+	for ir.Next() {
+		if err := fn(ir.RecordBatch()); err != nil {
+			return err
+		}
+	}
+	if err := ir.Err(); err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("read arrow ipc: %w", err)
+	}
+	return nil
+}
+
+// ParquetProperties are the writer settings of every Parquet file a2farm
+// writes: zstd, and the Arrow schema stored so nested nullability and
+// metadata survive the round trip.
+func parquetProperties() (*parquet.WriterProperties, pqarrow.ArrowWriterProperties) {
+	props := parquet.NewWriterProperties(
+		parquet.WithCompression(compress.Codecs.Zstd),
+		parquet.WithStats(true),
+	)
+	return props, pqarrow.NewArrowWriterProperties(pqarrow.WithStoreSchema())
+}
+
+// ParquetWriter writes record batches of one schema into a Parquet file.
+type ParquetWriter struct {
+	fw *pqarrow.FileWriter
+}
+
+// NewParquetWriter starts a Parquet file on w.
+func NewParquetWriter(w io.Writer, schema *arrow.Schema) (*ParquetWriter, error) {
+	props, arrProps := parquetProperties()
+	fw, err := pqarrow.NewFileWriter(schema, w, props, arrProps)
+	if err != nil {
+		return nil, fmt.Errorf("parquet writer: %w", err)
+	}
+	return &ParquetWriter{fw: fw}, nil
+}
+
+// Write adds one record batch as a row group.
+func (pw *ParquetWriter) Write(rec arrow.RecordBatch) error {
+	if err := pw.fw.Write(rec); err != nil {
+		return fmt.Errorf("write parquet: %w", err)
+	}
+	return nil
+}
+
+// Close writes the footer (and closes w when it is an io.Closer).
+func (pw *ParquetWriter) Close() error {
+	if err := pw.fw.Close(); err != nil {
+		return fmt.Errorf("close parquet: %w", err)
+	}
+	return nil
+}
+
+// WriteParquet writes record batches (all of one schema) as one Parquet
+// file on w, closing w when it is an io.Closer.
+func WriteParquet(w io.Writer, recs ...arrow.RecordBatch) error {
+	if len(recs) == 0 {
+		return errors.New("write parquet: no record batches")
+	}
+	pw, err := NewParquetWriter(w, recs[0].Schema())
+	if err != nil {
+		return err
+	}
+	for _, rec := range recs {
+		if err := pw.Write(rec); err != nil {
+			pw.Close()
+			return err
+		}
+	}
+	return pw.Close()
+}
+
+// ReadParquet reads a Parquet file and calls fn with its record batches
+// (released after fn returns).
+func ReadParquet(r parquet.ReaderAtSeeker, fn func(arrow.RecordBatch) error) error {
+	pf, err := file.NewParquetReader(r)
+	if err != nil {
+		return fmt.Errorf("read parquet: %w", err)
+	}
+	defer pf.Close()
+	fr, err := pqarrow.NewFileReader(pf, pqarrow.ArrowReadProperties{BatchSize: 4096}, memory.DefaultAllocator)
+	if err != nil {
+		return fmt.Errorf("read parquet: %w", err)
+	}
+	rr, err := fr.GetRecordReader(context.Background(), nil, nil)
+	if err != nil {
+		return fmt.Errorf("read parquet: %w", err)
+	}
+	defer rr.Release()
+	for rr.Next() {
+		if err := fn(rr.RecordBatch()); err != nil {
+			return err
+		}
+	}
+	if err := rr.Err(); err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("read parquet: %w", err)
+	}
+	return nil
+}
