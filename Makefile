@@ -18,6 +18,7 @@ build: ## build bin/a2farm
 
 .PHONY: run
 run: build ## the embedded demo: build the sample repository and dataset, extract and print gold
+	rm -rf $(RUN_DIR)/sample
 	$(BIN) sample --out $(RUN_DIR)/sample
 	$(BIN) gold --dataset $(RUN_DIR)/sample/dataset.jsonl --repos $(RUN_DIR)/sample/repos --out $(RUN_DIR)/sample/gt_location.jsonl
 
