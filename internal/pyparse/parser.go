@@ -20,6 +20,7 @@ const structureQuery = `
 [(import_statement) (import_from_statement) (future_import_statement)] @import
 (call function: (identifier) @callee) @call
 (call function: (attribute attribute: (identifier) @callee)) @call
+[(print_statement) (exec_statement)] @legacy
 `
 
 // Pattern indexes of structureQuery, in order.
@@ -30,6 +31,7 @@ const (
 	patternImport
 	patternCallName
 	patternCallAttr
+	patternLegacy
 )
 
 // kindIDs caches the numeric ids of node kinds so that hot paths compare
@@ -216,8 +218,13 @@ func (st *parseState) collect(root *ts.Node) {
 			decos = append(decos, deco{node: n, defStart: uint32(def.StartByte()), decoStart: uint32(parent.StartByte())})
 		case patternImport:
 			n := m.Captures[0].Node
-			st.imps = append(st.imps, st.newImport(&n))
+			imp := st.newImport(&n)
+			imp.Depth = st.astDepth(&n)
+			imp.Direct = st.directInBody(&n)
+			st.imps = append(st.imps, imp)
 			st.importStarts = append(st.importStarts, uint32(n.StartByte()))
+		case patternLegacy:
+			st.file.LegacySyntax = true
 		case patternCallName, patternCallAttr:
 			var callee *ts.Node
 			var call *ts.Node
@@ -257,12 +264,13 @@ func (st *parseState) collect(root *ts.Node) {
 
 func (st *parseState) newDef(node *ts.Node, name string, class bool) *Def {
 	k := st.p.kinds
+	endLine, endByte := st.endOf(node)
 	d := &Def{
 		Kind:      KindFunction,
 		Name:      name,
-		Span:      Span{Start: int(node.StartPosition().Row) + 1, End: st.endLine(node)},
+		Span:      Span{Start: int(node.StartPosition().Row) + 1, End: endLine},
 		StartByte: uint32(node.StartByte()),
-		EndByte:   uint32(node.EndByte()),
+		EndByte:   endByte,
 		astDepth:  st.astDepth(node),
 	}
 	if class {
@@ -307,6 +315,24 @@ func (st *parseState) astDepth(node *ts.Node) int {
 	return depth
 }
 
+// directInBody reports whether a statement sits directly in the body of a
+// module, class or function (not nested in a compound statement).
+func (st *parseState) directInBody(n *ts.Node) bool {
+	k := st.p.kinds
+	parent := n.Parent()
+	if parent == nil {
+		return false
+	}
+	if parent.KindId() == k.module {
+		return true
+	}
+	if parent.KindId() != k.block {
+		return false
+	}
+	owner := parent.Parent()
+	return owner != nil && (owner.KindId() == k.functionDef || owner.KindId() == k.classDef)
+}
+
 // branchIndex counts the elif clauses before n (plus n itself when
 // inclusive) among its if statement's children.
 func (st *parseState) branchIndex(n *ts.Node, inclusive bool) int {
@@ -326,6 +352,13 @@ func (st *parseState) branchIndex(n *ts.Node, inclusive bool) int {
 // comment, matching Python's end_lineno (tree-sitter lets a block swallow
 // the comments that follow its last statement).
 func (st *parseState) endLine(n *ts.Node) int {
+	line, _ := st.endOf(n)
+	return line
+}
+
+// endOf returns the line and end byte of the last token of n that is not a
+// comment.
+func (st *parseState) endOf(n *ts.Node) (int, uint32) {
 	k := st.p.kinds
 	cur := *n
 	for {
@@ -349,7 +382,7 @@ func (st *parseState) endLine(n *ts.Node) int {
 	if end.Column == 0 && row > int(cur.StartPosition().Row) {
 		row--
 	}
-	return row + 1
+	return row + 1, uint32(cur.EndByte())
 }
 
 // firstStatement returns the first named child of a block or module that is
@@ -477,18 +510,19 @@ func (st *parseState) dotted(n *ts.Node) string {
 }
 
 // resolveModule turns a (possibly relative) from-import into an absolute
-// dotted module name, given the importing file's repository path.
+// dotted module name, given the importing file's repository path. Like the
+// reference graph builder, a relative import that climbs above the
+// repository root resolves from the root.
 func resolveModule(path string, level int, module string) string {
 	if level == 0 {
 		return module
 	}
-	pkg := strings.Split(path, "/")
-	pkg = pkg[:len(pkg)-1] // the file's package is its directory, __init__.py included
-	up := level - 1
-	if up > len(pkg) {
-		return ""
+	parts := strings.Split(path, "/") // the file name counts as one level
+	if len(parts) >= level {
+		parts = slices.Clone(parts[:len(parts)-level])
+	} else {
+		parts = nil
 	}
-	parts := slices.Clone(pkg[:len(pkg)-up])
 	if module != "" {
 		parts = append(parts, module)
 	}

@@ -75,8 +75,9 @@ func TestResolveModule(t *testing.T) {
 		{"pkg/sub/mod.py", 2, "core", "pkg.core"},
 		{"pkg/sub/__init__.py", 1, "x", "pkg.sub.x"},
 		{"pkg/sub/mod.py", 3, "top", "top"},
-		{"pkg/sub/mod.py", 4, "x", ""},
+		{"pkg/sub/mod.py", 4, "x", "x"}, // above the root: resolved from the root, as the reference does
 		{"setup.py", 1, "x", "x"},
+		{"setup.py", 1, "", ""},
 	}
 	for _, tt := range tests {
 		if got := resolveModule(tt.path, tt.level, tt.module); got != tt.want {

@@ -1,5 +1,7 @@
 package pyparse
 
+import "slices"
+
 // Span is a range of source lines, 1-based and inclusive at both ends.
 type Span struct {
 	Start int `json:"start"`
@@ -101,6 +103,11 @@ type Import struct {
 	// Scope is the QualName of the innermost enclosing definition, or ""
 	// for module level.
 	Scope string `json:"scope,omitempty"`
+	// Direct is true when the statement sits directly in the body of its
+	// scope, not inside an if/try/with or other compound statement.
+	Direct bool `json:"direct,omitempty"`
+	// Depth is the statement's depth in Python's ast (module level is 1).
+	Depth int `json:"depth"`
 }
 
 // ImportName is one imported name; for `import a.b as c` Name is "a.b" and
@@ -142,6 +149,17 @@ type File struct {
 	// HasErrors is true when tree-sitter had to recover from a syntax error;
 	// the structure is then best effort.
 	HasErrors bool `json:"has_errors,omitempty"`
+	// LegacySyntax is true when the file uses Python 2 print or exec
+	// statements, which Python 3 cannot parse.
+	LegacySyntax bool `json:"legacy_syntax,omitempty"`
+}
+
+// ImportsBreadthFirst returns the imports in the order Python's ast.walk
+// meets them: by ast depth, then source order.
+func (f *File) ImportsBreadthFirst() []Import {
+	out := slices.Clone(f.Imports)
+	slices.SortStableFunc(out, func(a, b Import) int { return a.Depth - b.Depth })
+	return out
 }
 
 // Walk visits every definition depth-first in source order; returning false
