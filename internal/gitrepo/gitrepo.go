@@ -17,6 +17,7 @@ import (
 	"github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/cache"
+	"github.com/go-git/go-git/v5/plumbing/filemode"
 	"github.com/go-git/go-git/v5/plumbing/object"
 	"github.com/go-git/go-git/v5/storage/filesystem"
 )
@@ -142,3 +143,60 @@ func short(sha string) string {
 	}
 	return sha
 }
+
+// Entry is a regular file of a snapshot.
+type Entry struct {
+	Path string
+	// Blob is the git blob id of the content: equal blobs have equal
+	// content, which is what content-addressed caches key on.
+	Blob string
+	Size int64
+}
+
+// Files lists the regular files (executable or not) whose path keep
+// accepts, in git tree order (sorted by path). Symlinks and submodules are
+// left out: tools must never follow a link out of the snapshot.
+func (s *Snapshot) Files(keep func(path string) bool) ([]Entry, error) {
+	s.repo.mu.Lock()
+	defer s.repo.mu.Unlock()
+	var out []Entry
+	walker := object.NewTreeWalker(s.tree, true, nil)
+	defer walker.Close()
+	for {
+		name, entry, err := walker.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("walk tree of %s: %w", short(s.Commit()), err)
+		}
+		if !entry.Mode.IsFile() || entry.Mode == filemode.Symlink || !keep(name) {
+			continue
+		}
+		size, err := s.repo.repo.Storer.EncodedObjectSize(entry.Hash)
+		if err != nil {
+			return nil, fmt.Errorf("size of %s: %w", name, err)
+		}
+		out = append(out, Entry{Path: name, Blob: entry.Hash.String(), Size: size})
+	}
+	return out, nil
+}
+
+// ReadBlob returns the content of a blob by id.
+func (r *Repo) ReadBlob(id string) ([]byte, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	blob, err := r.repo.BlobObject(plumbing.NewHash(id))
+	if err != nil {
+		return nil, fmt.Errorf("blob %s: %w", id, err)
+	}
+	rd, err := blob.Reader()
+	if err != nil {
+		return nil, fmt.Errorf("blob %s: %w", id, err)
+	}
+	defer rd.Close()
+	return io.ReadAll(rd)
+}
+
+// Repo returns the repository of the snapshot.
+func (s *Snapshot) Repo() *Repo { return s.repo }

@@ -1,9 +1,12 @@
 package pyparse
 
 import (
+	"bytes"
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	ts "github.com/tree-sitter/go-tree-sitter"
 )
 
 // decodeStringLiteral returns the value of a Python str literal as written
@@ -197,4 +200,68 @@ func SplitLines(s string) []string {
 		lines = append(lines, s[start:])
 	}
 	return lines
+}
+
+// mayHaveBadEscape is a cheap pre-check: only sources containing \u, \U
+// or \N can hold an escape that Python 3 rejects in a str literal.
+func mayHaveBadEscape(src []byte) bool {
+	return bytes.Contains(src, []byte(`\u`)) || bytes.Contains(src, []byte(`\U`)) || bytes.Contains(src, []byte(`\N`))
+}
+
+// hasBadEscape reports whether any non-raw, non-bytes string literal holds
+// a truncated \uXXXX, \UXXXXXXXX or \N{...} escape: a SyntaxError in
+// Python 3 (typical of Python 2 docstrings), which makes the reference
+// tools treat the whole file as unparsable.
+func (st *parseState) hasBadEscape(root *ts.Node) bool {
+	matches := st.p.cursor.Matches(st.p.strQ, root, st.src)
+	for m := matches.Next(); m != nil; m = matches.Next() {
+		if badEscape(st.text(&m.Captures[0].Node)) {
+			return true
+		}
+	}
+	return false
+}
+
+func badEscape(lit string) bool {
+	i := 0
+	for i < len(lit) && strings.IndexByte("rRuUbBfFtT", lit[i]) >= 0 {
+		switch lit[i] {
+		case 'r', 'R', 'b', 'B':
+			return false
+		}
+		i++
+	}
+	isHex := func(s string) bool {
+		for j := 0; j < len(s); j++ {
+			if !strings.ContainsRune("0123456789abcdefABCDEF", rune(s[j])) {
+				return false
+			}
+		}
+		return true
+	}
+	s := lit[i:]
+	for j := 0; j < len(s)-1; j++ {
+		if s[j] != '\\' {
+			continue
+		}
+		switch s[j+1] {
+		case 'u':
+			if j+6 > len(s) || !isHex(s[j+2:j+6]) {
+				return true
+			}
+		case 'U':
+			if j+10 > len(s) || !isHex(s[j+2:j+10]) {
+				return true
+			}
+			if v, _ := strconv.ParseUint(s[j+2:j+10], 16, 32); v > utf8.MaxRune {
+				return true
+			}
+		case 'N':
+			if j+2 >= len(s) || s[j+2] != '{' || !strings.Contains(s[j+2:], "}") {
+				return true
+			}
+		}
+		j++ // skip the escaped character
+	}
+	return false
 }

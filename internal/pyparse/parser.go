@@ -76,6 +76,7 @@ type Parser struct {
 	lang   *ts.Language
 	parser *ts.Parser
 	query  *ts.Query
+	strQ   *ts.Query
 	cursor *ts.QueryCursor
 	kinds  kindIDs
 }
@@ -94,14 +95,25 @@ func NewParser() (*Parser, error) {
 		parser.Close()
 		return nil, fmt.Errorf("pyparse: compile query: %w", qerr)
 	}
+	strQ, qerr := ts.NewQuery(lang, stringQuery)
+	if qerr != nil {
+		query.Close()
+		parser.Close()
+		return nil, fmt.Errorf("pyparse: compile query: %w", qerr)
+	}
 	return &Parser{
 		lang:   lang,
 		parser: parser,
 		query:  query,
+		strQ:   strQ,
 		cursor: ts.NewQueryCursor(),
 		kinds:  newKindIDs(lang),
 	}, nil
 }
+
+// stringQuery finds string literals; it runs only on files whose bytes
+// contain an escape Python 3 may reject.
+const stringQuery = `(string) @s`
 
 // Close releases the parser's C memory. The parser must not be used after.
 func (p *Parser) Close() {
@@ -110,6 +122,7 @@ func (p *Parser) Close() {
 	}
 	p.cursor.Close()
 	p.query.Close()
+	p.strQ.Close()
 	p.parser.Close()
 	*p = Parser{}
 }
@@ -164,6 +177,9 @@ func (p *Parser) Parse(path string, src []byte) (*File, error) {
 		},
 	}
 	st.collect(root)
+	if !st.file.LegacySyntax && mayHaveBadEscape(src) {
+		st.file.LegacySyntax = st.hasBadEscape(root)
+	}
 	st.nest()
 	st.attribute()
 	st.moduleLevel(root)

@@ -190,3 +190,30 @@ func TestSyntaxErrorIsReported(t *testing.T) {
 		t.Error("HasErrors = false for a file with a syntax error")
 	}
 }
+
+func TestLegacySyntax(t *testing.T) {
+	tests := []struct {
+		src    string
+		legacy bool
+	}{
+		{"x = 1\n", false},
+		{"print 'hello'\n", true},
+		{"exec 'x = 1'\n", true},
+		{"def f():\n    \"\"\"Use C:\\users\\me.\"\"\"\n", true},
+		{"s = r'C:\\users'\n", false},
+		{"s = b'\\users'\n", false},
+		{"s = '\\u00e9 \\U0001F600 \\N{BULLET}'\n", false},
+		{"s = '\\U00110000'\n", true},
+		{"s = '\\\\users'\n", false}, // an escaped backslash, then "users"
+	}
+	p := newTestParser(t)
+	for _, tt := range tests {
+		f, err := p.Parse("x.py", []byte(tt.src))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f.LegacySyntax != tt.legacy {
+			t.Errorf("%q: LegacySyntax = %v, want %v", tt.src, f.LegacySyntax, tt.legacy)
+		}
+	}
+}

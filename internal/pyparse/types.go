@@ -149,8 +149,9 @@ type File struct {
 	// HasErrors is true when tree-sitter had to recover from a syntax error;
 	// the structure is then best effort.
 	HasErrors bool `json:"has_errors,omitempty"`
-	// LegacySyntax is true when the file uses Python 2 print or exec
-	// statements, which Python 3 cannot parse.
+	// LegacySyntax is true when Python 3 would reject the file although
+	// tree-sitter parses it: Python 2 print or exec statements, or a str
+	// literal with a truncated \u, \U or \N escape.
 	LegacySyntax bool `json:"legacy_syntax,omitempty"`
 }
 
