@@ -73,10 +73,10 @@ func same(t *testing.T, what string, got []string, want ...string) {
 }
 
 var fixtureFiles = map[string]string{
-	"setup.py": "from setuptools import setup\nsetup(name='pkg')\n",
-	"docs/conf.txt": "not python\n",
+	"setup.py":              "from setuptools import setup\nsetup(name='pkg')\n",
+	"docs/conf.txt":         "not python\n",
 	".github/scripts/ci.py": "print('skipped')\n",
-	"pkg/__init__.py": "from .core import Engine\nfrom .util import helpers as h\n",
+	"pkg/__init__.py":       "from .core import Engine\nfrom .util import helpers as h\n",
 	"pkg/core.py": `import os
 import pkg.util.helpers
 from pkg.util import helpers
@@ -131,8 +131,8 @@ class Mixin:
 def deep_call():
     return 0
 `,
-	"pkg/broken.py": "def f(:\n    pass\n",
-	"pkg/py2.py": "print 'hi'\n",
+	"pkg/broken.py":      "def f(:\n    pass\n",
+	"pkg/py2.py":         "print 'hi'\n",
 	"tests/test_core.py": "from pkg.core import Engine\n\n\ndef test_run():\n    Engine().run()\n",
 	"app.py": `from pkg import Engine
 from pkg.util.helpers import deep_call as dc
