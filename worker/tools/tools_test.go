@@ -1,0 +1,152 @@
+package tools
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/a2farm/a2farm/internal/gitrepo"
+	"github.com/a2farm/a2farm/internal/golden"
+	"github.com/a2farm/a2farm/internal/sample"
+	"github.com/a2farm/a2farm/worker/repoindex"
+)
+
+var sampleIndex = sync.OnceValues(func() (*repoindex.Index, error) {
+	dir, err := osMkdirTemp()
+	if err != nil {
+		return nil, err
+	}
+	l, err := sample.Write(dir)
+	if err != nil {
+		return nil, err
+	}
+	repos := gitrepo.NewSet(l.ReposDir)
+	defer repos.Close()
+	return repoindex.Build(context.Background(), repos, sample.Repo, "main")
+})
+
+func newSampleSet(t *testing.T) *Set {
+	t.Helper()
+	idx, err := sampleIndex()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(idx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+type call struct {
+	name string
+	args string
+}
+
+// TestObservationsGolden pins the observation text and surfaced ids of
+// every tool on the sample repository, normal cases and each error case.
+func TestObservationsGolden(t *testing.T) {
+	s := newSampleSet(t)
+	calls := []call{
+		{GetEntityContents, `{"entity_names": ["inventory/models.py:Warehouse.remove_item"]}`},
+		{GetEntityContents, `{"entity_names": ["inventory/pricing.py", " inventory/errors.py:OutOfStock. ", "inventory/storage"]}`},
+		{GetEntityContents, `{"entity_names": ["inventory/utils/__init__.py", "", "inventory/models.py:Warehouse.__init__"]}`},
+		{GetEntityContents, `{"entity_names": ["tests/test_models.py", "../../etc/passwd", "/etc/passwd", "inventory/nope.py:X"]}`},
+		{GetEntityContents, `{"entity_names": "inventory/models.py"}`},
+		{GetEntityContents, `{}`},
+		{GetEntityContents, `{"entity_names": ["a"], "extra": 1}`},
+		{GetEntityContents, `not json`},
+		{ExploreTreeStructure, `{"start_entities": ["/"], "traversal_depth": 2, "dependency_type_filter": ["contains"]}`},
+		{ExploreTreeStructure, `{"start_entities": ["inventory/models.py:Warehouse"], "direction": "both"}`},
+		{ExploreTreeStructure, `{"start_entities": ["inventory/errors.py:UnknownItem.__init__"], "direction": "upstream", "traversal_depth": -1}`},
+		{ExploreTreeStructure, `{"start_entities": ["inventory/storage/"], "traversal_depth": 3, "entity_type_filter": ["class", "file"]}`},
+		{ExploreTreeStructure, `{"start_entities": ["tests/test_models.py", "Warehouse", "inventory/zzz.py"]}`},
+		{ExploreTreeStructure, `{"start_entities": ["inventory"], "direction": "sideways"}`},
+		{ExploreTreeStructure, `{"start_entities": ["inventory"], "traversal_depth": -2}`},
+		{ExploreTreeStructure, `{"start_entities": ["inventory"], "dependency_type_filter": ["calls"]}`},
+		{ExploreTreeStructure, `{"start_entities": ["inventory"], "traversal_depth": "deep"}`},
+		{ExploreTreeStructure, `{"start_entities": ["inventory"], "traversal_depth": 0, "entity_type_filter": null}`},
+		{Finish, `{"answer": "` + "```\\ninventory/models.py\\nfunction: Warehouse.remove_item\\n```" + `"}`},
+		{Finish, `{}`},
+		{"run_shell", `{"cmd": "rm -rf /"}`},
+	}
+	var b strings.Builder
+	for _, c := range calls {
+		res := s.Call(context.Background(), c.name, json.RawMessage(c.args))
+		fmt.Fprintf(&b, "=== %s %s\n%s\n--- surfaced files=%q modules=%q entities=%q finish=%v answer=%q\n\n",
+			c.name, c.args, res.Observation, res.Surfaced.Files, res.Surfaced.Modules, res.Surfaced.Entities, res.Finish, res.Answer)
+	}
+	golden.Check(t, "observations.golden.txt", []byte(b.String()))
+}
+
+func TestHugeArraysAreRefused(t *testing.T) {
+	s := newSampleSet(t)
+	names := make([]string, MaxListArgs+1)
+	for i := range names {
+		names[i] = "inventory/models.py"
+	}
+	args, _ := json.Marshal(map[string]any{"entity_names": names})
+	res := s.Call(context.Background(), GetEntityContents, args)
+	if !strings.Contains(res.Observation, "at most 64") {
+		t.Errorf("observation = %q", res.Observation)
+	}
+}
+
+func TestObservationCaps(t *testing.T) {
+	long := strings.Repeat("é", 9000)
+	if got := Cut(long, ToolCap, toolCutSuffix); !strings.HasSuffix(got, "\n... (truncated, 9000 chars total)") ||
+		strings.Count(got, "é") != ToolCap {
+		t.Errorf("tool cut: %d runes, suffix %q", strings.Count(got, "é"), got[len(got)-40:])
+	}
+	if got := Cut("short", ToolCap, toolCutSuffix); got != "short" {
+		t.Errorf("short text changed: %q", got)
+	}
+	s := newSampleSet(t)
+	// Every file of the sample at once exceeds the 8,000-character tool cap.
+	var all []string
+	for _, n := range s.idx.Graph.Nodes {
+		if n.Type == repoindex.File {
+			all = append(all, n.ID)
+		}
+	}
+	args, _ := json.Marshal(map[string]any{"entity_names": all})
+	res := s.Call(context.Background(), GetEntityContents, args)
+	if !strings.Contains(res.Observation, "... (truncated, ") {
+		t.Fatalf("no truncation note in a %d-char observation", len(res.Observation))
+	}
+	for _, f := range res.Surfaced.Files {
+		if !strings.Contains(res.Observation, f) {
+			t.Errorf("surfaced %s, which the cut observation no longer shows", f)
+		}
+	}
+}
+
+func TestUnknownToolInNew(t *testing.T) {
+	idx, err := sampleIndex()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(idx, []string{"rm_rf"}); err == nil {
+		t.Error("New accepted an unknown tool name")
+	}
+	s, err := New(idx, []string{Finish, GetEntityContents})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(s.Tools()); n != 2 {
+		t.Errorf("tools = %d, want 2", n)
+	}
+	res := s.Call(context.Background(), ExploreTreeStructure, json.RawMessage(`{"start_entities":["/"]}`))
+	if !strings.Contains(res.Observation, "Unknown tool") {
+		t.Errorf("disabled tool ran: %q", res.Observation)
+	}
+}
+
+func osMkdirTemp() (string, error) {
+	dir, err := filepath.Abs(filepath.Join(tempRoot(), "sample"))
+	return dir, err
+}
