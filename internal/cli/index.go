@@ -15,7 +15,38 @@ func newIndexCmd(e *env) *cobra.Command {
 		Use:   "index",
 		Short: "Build and inspect the per-snapshot indexes the agent's tools use",
 	}
-	cmd.AddCommand(newIndexGraphCmd(e))
+	cmd.AddCommand(newIndexGraphCmd(e), newIndexBuildCmd(e))
+	return cmd
+}
+
+func newIndexBuildCmd(e *env) *cobra.Command {
+	var sf snapshotFlags
+	cmd := &cobra.Command{
+		Use:   "build --repos DIR --repo OWNER/NAME --commit SHA",
+		Short: "Build every index of a snapshot and report what was built and how long each part took",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := sf.validate(); err != nil {
+				return err
+			}
+			repos := gitrepo.NewSet(sf.repos)
+			defer repos.Close()
+			start := time.Now()
+			idx, err := repoindex.Build(cmd.Context(), repos, sf.repo, sf.commit)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(e.stdout, "%s@%s\n", idx.Repo, idx.Commit)
+			fmt.Fprintf(e.stdout, "  graph    %d nodes, %d edges\n", len(idx.Graph.Nodes), len(idx.Graph.Edges))
+			fmt.Fprintf(e.stdout, "  commits  %d\n", len(idx.Commits.Commits))
+			for _, t := range idx.Timings {
+				fmt.Fprintf(e.stdout, "  %-8s %s\n", t.Part, t.Duration.Round(time.Millisecond))
+			}
+			fmt.Fprintf(e.stdout, "  total    %s\n", time.Since(start).Round(time.Millisecond))
+			return nil
+		},
+	}
+	sf.bind(cmd)
 	return cmd
 }
 

@@ -16,6 +16,7 @@ func newToolCmd(e *env) *cobra.Command {
 	var sf snapshotFlags
 	var name, args string
 	var asJSON bool
+	var problem string
 	cmd := &cobra.Command{
 		Use:   "tool --repos DIR --repo OWNER/NAME --commit SHA --name TOOL [--args JSON]",
 		Short: "Run one agent tool on a snapshot and print its observation and surfaced ids",
@@ -41,7 +42,7 @@ Tools: ` + strings.Join(tools.AllNames(), ", ") + `.`,
 			if err != nil {
 				return err
 			}
-			set, err := tools.New(idx, nil)
+			set, err := tools.New(idx, tools.Options{ProblemStatement: problem})
 			if err != nil {
 				return err
 			}
@@ -63,5 +64,6 @@ Tools: ` + strings.Join(tools.AllNames(), ", ") + `.`,
 	cmd.Flags().StringVar(&name, "name", "", "tool name")
 	cmd.Flags().StringVar(&args, "args", "{}", "tool arguments as a JSON object")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object instead of text")
+	cmd.Flags().StringVar(&problem, "problem", "", "issue text; commits citing its #numbers are hidden from search_commit")
 	return cmd
 }

@@ -157,7 +157,7 @@ func Write(dir string) (*Layout, error) {
 		{Message: "Add text utilities and the report command", Write: map[string]string{
 			"inventory/utils/__init__.py": "", "inventory/utils/text.py": textPy, "inventory/cli.py": cliPy,
 		}},
-		{Message: "Add storage backends", Write: map[string]string{
+		{Message: "Add storage backends\n\nMemoryBackend keeps snapshots in memory; JsonFileBackend writes them\nto disk on flush. Both refuse writes once closed.\n\nRefs #12, closes #7", Write: map[string]string{
 			"inventory/storage/__init__.py": storageInitPy, "inventory/storage/backends.py": backendsPy,
 		}},
 	}

@@ -13,6 +13,8 @@ type Index struct {
 	Repo   string
 	Commit string
 	Graph  *Graph
+	// Commits is the history up to the snapshot's commit.
+	Commits *CommitIndex
 	// Timings says how long each part took to build.
 	Timings []Timing
 }
@@ -46,5 +48,10 @@ func Build(ctx context.Context, repos *gitrepo.Set, repo, commit string) (*Index
 	start = time.Now()
 	idx.Graph = BuildGraph(src.Files, parsed)
 	idx.Timings = append(idx.Timings, Timing{"graph", time.Since(start)})
+	start = time.Now()
+	if idx.Commits, err = BuildCommitIndex(ctx, snap.Repo(), idx.Commit); err != nil {
+		return nil, fmt.Errorf("commit index of %s@%s: %w", repo, commit, err)
+	}
+	idx.Timings = append(idx.Timings, Timing{"commits", time.Since(start)})
 	return idx, nil
 }

@@ -62,11 +62,24 @@ func (t *Tool) Spec() map[string]any {
 	}
 }
 
-// Set is the tool set of one snapshot.
+// Set is the tool set of one episode: a snapshot's indexes seen from one
+// issue.
 type Set struct {
 	idx   *repoindex.Index
 	tools map[string]*Tool
 	order []string
+	// commits is the history with commits that mention the issue's own
+	// numbers removed (they would leak the fix).
+	commits []repoindex.Commit
+}
+
+// Options configure a tool set.
+type Options struct {
+	// Enabled selects tools by name; nil enables all.
+	Enabled []string
+	// ProblemStatement is the issue text; commits referencing any "#N" it
+	// mentions are hidden from search_commit.
+	ProblemStatement string
 }
 
 // Names of the tools, in the reference's tool-list order.
@@ -85,18 +98,30 @@ func AllNames() []string {
 	return []string{Finish, SearchCodeSnippets, GetEntityContents, ExploreTreeStructure, SearchCommit, ViewSummary, SearchSummary}
 }
 
-// New returns the tools over idx. enabled selects tools by name (nil: all
-// that the index supports).
-func New(idx *repoindex.Index, enabled []string) (*Set, error) {
+// New returns the tools over idx for one issue.
+func New(idx *repoindex.Index, opts Options) (*Set, error) {
 	all := map[string]*Tool{
 		Finish:               finishTool(),
 		GetEntityContents:    entityTool(),
 		ExploreTreeStructure: treeTool(),
+		SearchCommit:         commitTool(),
 	}
+	enabled := opts.Enabled
 	if enabled == nil {
 		enabled = AllNames()
 	}
 	s := &Set{idx: idx, tools: map[string]*Tool{}}
+	if idx.Commits != nil {
+		leaked := map[string]bool{}
+		for _, ref := range repoindex.IssueRefs(opts.ProblemStatement) {
+			leaked[ref] = true
+		}
+		for _, c := range idx.Commits.Commits {
+			if !slices.ContainsFunc(c.Issues, func(ref string) bool { return leaked[ref] }) {
+				s.commits = append(s.commits, c)
+			}
+		}
+	}
 	for _, name := range enabled {
 		t, ok := all[name]
 		if !ok {

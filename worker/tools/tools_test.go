@@ -35,7 +35,7 @@ func newSampleSet(t *testing.T) *Set {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := New(idx, nil)
+	s, err := New(idx, Options{ProblemStatement: "Warehouse breaks, see #12"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,6 +70,10 @@ func TestObservationsGolden(t *testing.T) {
 		{ExploreTreeStructure, `{"start_entities": ["inventory"], "dependency_type_filter": ["calls"]}`},
 		{ExploreTreeStructure, `{"start_entities": ["inventory"], "traversal_depth": "deep"}`},
 		{ExploreTreeStructure, `{"start_entities": ["inventory"], "traversal_depth": 0, "entity_type_filter": null}`},
+		{SearchCommit, `{"query": "text utilities"}`},
+		{SearchCommit, `{"query": "Add", "top_k": 1}`},
+		{SearchCommit, `{"query": "nothing matches this"}`},
+		{SearchCommit, `{"query": "backends", "top_k": 0}`},
 		{Finish, `{"answer": "` + "```\\ninventory/models.py\\nfunction: Warehouse.remove_item\\n```" + `"}`},
 		{Finish, `{}`},
 		{"run_shell", `{"cmd": "rm -rf /"}`},
@@ -81,6 +85,28 @@ func TestObservationsGolden(t *testing.T) {
 			c.name, c.args, res.Observation, res.Surfaced.Files, res.Surfaced.Modules, res.Surfaced.Entities, res.Finish, res.Answer)
 	}
 	golden.Check(t, "observations.golden.txt", []byte(b.String()))
+}
+
+// TestCommitLeakFilter: the sample's "Add storage backends" commit cites
+// #12 and #7; an issue that mentions #7 must not see it.
+func TestCommitLeakFilter(t *testing.T) {
+	idx, err := sampleIndex()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		problem string
+		visible bool
+	}{{"Backends lose data (#7)", false}, {"Backends lose data (#70)", true}, {"", true}} {
+		s, err := New(idx, Options{ProblemStatement: tt.problem})
+		if err != nil {
+			t.Fatal(err)
+		}
+		res := s.Call(context.Background(), SearchCommit, json.RawMessage(`{"query": "storage backends"}`))
+		if got := strings.Contains(res.Observation, "Add storage backends"); got != tt.visible {
+			t.Errorf("problem %q: commit visible = %v, want %v\n%s", tt.problem, got, tt.visible, res.Observation)
+		}
+	}
 }
 
 func TestHugeArraysAreRefused(t *testing.T) {
@@ -130,10 +156,10 @@ func TestUnknownToolInNew(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := New(idx, []string{"rm_rf"}); err == nil {
+	if _, err := New(idx, Options{Enabled: []string{"rm_rf"}}); err == nil {
 		t.Error("New accepted an unknown tool name")
 	}
-	s, err := New(idx, []string{Finish, GetEntityContents})
+	s, err := New(idx, Options{Enabled: []string{Finish, GetEntityContents}})
 	if err != nil {
 		t.Fatal(err)
 	}

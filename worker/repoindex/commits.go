@@ -1,0 +1,91 @@
+package repoindex
+
+import (
+	"context"
+	"regexp"
+	"strings"
+
+	"github.com/a2farm/a2farm/internal/gitrepo"
+)
+
+// MaxCommits bounds the commit index, as the reference does.
+const MaxCommits = 7000
+
+// Commit is one entry of the commit index.
+type Commit struct {
+	SHA     string // full id
+	Subject string // first line of the message
+	Message string
+	Date    string // author date, ISO 8601 with the author's offset
+	Files   []string
+	// Issues are the "#N" references of the message, in order, unique.
+	Issues []string
+}
+
+// Short is the 12-character id the tools print.
+func (c *Commit) Short() string {
+	if len(c.SHA) > 12 {
+		return c.SHA[:12]
+	}
+	return c.SHA
+}
+
+// CommitIndex is the history of a snapshot: commits reachable from its
+// commit (never later ones), newest first.
+type CommitIndex struct {
+	Commits []Commit
+	repo    *gitrepo.Repo
+}
+
+var issueRef = regexp.MustCompile(`#(\d+)`)
+
+// IssueRefs returns the unique "#N" references in text, in order.
+func IssueRefs(text string) []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, m := range issueRef.FindAllString(text, -1) {
+		if !seen[m] {
+			seen[m] = true
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// BuildCommitIndex walks up to MaxCommits ancestors of commit. Messages are
+// taken from commit objects, so multi-paragraph messages are kept whole
+// (the reference splits `git log` output on blank lines and loses them).
+func BuildCommitIndex(ctx context.Context, repo *gitrepo.Repo, commit string) (*CommitIndex, error) {
+	hist, err := repo.History(ctx, commit, MaxCommits)
+	if err != nil {
+		return nil, err
+	}
+	ci := &CommitIndex{repo: repo, Commits: make([]Commit, 0, len(hist))}
+	for _, h := range hist {
+		msg := strings.TrimRight(h.Message, "\n")
+		subject, _, _ := strings.Cut(msg, "\n")
+		ci.Commits = append(ci.Commits, Commit{
+			SHA:     h.SHA,
+			Subject: strings.TrimSpace(subject),
+			Message: msg,
+			Date:    h.AuthorDate.Format("2006-01-02T15:04:05-07:00"),
+			Files:   h.Files,
+			Issues:  IssueRefs(msg),
+		})
+	}
+	return ci, nil
+}
+
+// Patch returns the first maxLines lines of a commit's stat and patch and
+// the total line count; ok is false when the repository is not available
+// (an index loaded from cache without its repository).
+func (ci *CommitIndex) Patch(sha string, maxLines int) (text string, total int, ok bool) {
+	if ci.repo == nil {
+		return "", 0, false
+	}
+	text, total, err := ci.repo.ShowPatch(sha, maxLines)
+	if err != nil {
+		return "", 0, false
+	}
+	return text, total, true
+}
