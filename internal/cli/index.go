@@ -32,7 +32,7 @@ func newIndexBuildCmd(e *env) *cobra.Command {
 			repos := gitrepo.NewSet(sf.repos)
 			defer repos.Close()
 			start := time.Now()
-			idx, err := repoindex.Build(cmd.Context(), repos, sf.repo, sf.commit)
+			idx, err := repoindex.Build(cmd.Context(), repos, sf.repo, sf.commit, repoindex.BuildOptions{})
 			if err != nil {
 				return err
 			}

@@ -38,7 +38,7 @@ Tools: ` + strings.Join(tools.AllNames(), ", ") + `.`,
 			}
 			repos := gitrepo.NewSet(sf.repos)
 			defer repos.Close()
-			idx, err := repoindex.Build(cmd.Context(), repos, sf.repo, sf.commit)
+			idx, err := repoindex.Build(cmd.Context(), repos, sf.repo, sf.commit, repoindex.BuildOptions{})
 			if err != nil {
 				return err
 			}

@@ -15,6 +15,8 @@ type Index struct {
 	Graph  *Graph
 	// Commits is the history up to the snapshot's commit.
 	Commits *CommitIndex
+	// Summaries describe each non-test file.
+	Summaries *Summaries
 	// Timings says how long each part took to build.
 	Timings []Timing
 }
@@ -25,9 +27,16 @@ type Timing struct {
 	Duration time.Duration
 }
 
+// BuildOptions tune index construction.
+type BuildOptions struct {
+	// Summaries is a prebuilt {file_path: summary} table; nil uses
+	// structural summaries only.
+	Summaries map[string]string
+}
+
 // Build reads the snapshot of repo at commit from repos and builds its
 // indexes.
-func Build(ctx context.Context, repos *gitrepo.Set, repo, commit string) (*Index, error) {
+func Build(ctx context.Context, repos *gitrepo.Set, repo, commit string, opts BuildOptions) (*Index, error) {
 	snap, err := repos.At(repo, commit)
 	if err != nil {
 		return nil, err
@@ -53,5 +62,8 @@ func Build(ctx context.Context, repos *gitrepo.Set, repo, commit string) (*Index
 		return nil, fmt.Errorf("commit index of %s@%s: %w", repo, commit, err)
 	}
 	idx.Timings = append(idx.Timings, Timing{"commits", time.Since(start)})
+	start = time.Now()
+	idx.Summaries = BuildSummaries(idx.Graph, idx.Commits, opts.Summaries)
+	idx.Timings = append(idx.Timings, Timing{"summary", time.Since(start)})
 	return idx, nil
 }

@@ -105,6 +105,8 @@ func New(idx *repoindex.Index, opts Options) (*Set, error) {
 		GetEntityContents:    entityTool(),
 		ExploreTreeStructure: treeTool(),
 		SearchCommit:         commitTool(),
+		ViewSummary:          viewSummaryTool(),
+		SearchSummary:        searchSummaryTool(),
 	}
 	enabled := opts.Enabled
 	if enabled == nil {

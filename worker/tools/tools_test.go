@@ -26,7 +26,7 @@ var sampleIndex = sync.OnceValues(func() (*repoindex.Index, error) {
 	}
 	repos := gitrepo.NewSet(l.ReposDir)
 	defer repos.Close()
-	return repoindex.Build(context.Background(), repos, sample.Repo, "main")
+	return repoindex.Build(context.Background(), repos, sample.Repo, "main", repoindex.BuildOptions{})
 })
 
 func newSampleSet(t *testing.T) *Set {
@@ -74,6 +74,12 @@ func TestObservationsGolden(t *testing.T) {
 		{SearchCommit, `{"query": "Add", "top_k": 1}`},
 		{SearchCommit, `{"query": "nothing matches this"}`},
 		{SearchCommit, `{"query": "backends", "top_k": 0}`},
+		{ViewSummary, `{"file_path": "inventory/storage/backends.py"}`},
+		{ViewSummary, `{"file_path": "models.py"}`},
+		{ViewSummary, `{"file_path": "tests/test_models.py"}`},
+		{SearchSummary, `{"query": "Warehouse item"}`},
+		{SearchSummary, `{"query": "storage", "top_k": 2}`},
+		{SearchSummary, `{"query": "zzz"}`},
 		{Finish, `{"answer": "` + "```\\ninventory/models.py\\nfunction: Warehouse.remove_item\\n```" + `"}`},
 		{Finish, `{}`},
 		{"run_shell", `{"cmd": "rm -rf /"}`},
