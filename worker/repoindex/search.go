@@ -1,0 +1,160 @@
+package repoindex
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/blevesearch/bleve/v2"
+
+	"github.com/a2farm/a2farm/internal/pyparse"
+)
+
+// Search engines for the code-chunk index.
+const (
+	// EngineBM25 is the in-memory textbook Lucene BM25 (the default: it
+	// retrieves better on the dev set, see docs/BENCHMARKS.md).
+	EngineBM25 = "bm25"
+	// EngineBleve is bleve's scorch index with its bm25 scoring model
+	// (sqrt term frequency, query normalisation).
+	EngineBleve = "bleve"
+)
+
+// ChunkIndex is the BM25 index over code chunks of non-test files.
+type ChunkIndex struct {
+	Chunks []Chunk
+	texts  []string
+	bm25   *BM25
+	bleve  bleve.Index
+}
+
+// BuildChunkIndex chunks every file the search covers and indexes the
+// chunks with textbook BM25 (the text only, not the path).
+func BuildChunkIndex(files []SourceFile, parsed []*pyparse.File) *ChunkIndex {
+	ci := &ChunkIndex{}
+	var docs [][]string
+	for i, f := range files {
+		if IsSearchTestPath(f.Path) {
+			continue
+		}
+		lines := strings.Split(string(f.Content), "\n")
+		for _, c := range ChunkFile(f.Path, f.Content, parsed[i]) {
+			text := strings.Join(lines[c.StartLine-1:min(c.EndLine, len(lines))], "\n")
+			ci.Chunks = append(ci.Chunks, c)
+			ci.texts = append(ci.texts, text)
+			docs = append(docs, Tokens(text))
+		}
+	}
+	ci.bm25 = NewBM25(docs)
+	return ci
+}
+
+// Text returns the text of chunk i.
+func (ci *ChunkIndex) Text(i int) string { return ci.texts[i] }
+
+// BuildBleve indexes the chunks in a scorch index at dir (bleve ignores
+// bm25 scoring in memory-only indexes), in batches.
+func (ci *ChunkIndex) BuildBleve(dir string) error {
+	im, err := searchMapping()
+	if err != nil {
+		return err
+	}
+	idx, err := bleve.New(dir, im)
+	if err != nil {
+		return fmt.Errorf("bleve index at %s: %w", dir, err)
+	}
+	const batchSize = 500
+	batch := idx.NewBatch()
+	for i, text := range ci.texts {
+		if err := batch.Index(strconv.Itoa(i), map[string]any{"text": text}); err != nil {
+			idx.Close()
+			return err
+		}
+		if batch.Size() >= batchSize {
+			if err := idx.Batch(batch); err != nil {
+				idx.Close()
+				return err
+			}
+			batch = idx.NewBatch()
+		}
+	}
+	if err := idx.Batch(batch); err != nil {
+		idx.Close()
+		return err
+	}
+	ci.bleve = idx
+	return nil
+}
+
+// Close releases the bleve index, if any.
+func (ci *ChunkIndex) Close() error {
+	if ci.bleve != nil {
+		return ci.bleve.Close()
+	}
+	return nil
+}
+
+// Search returns the k best chunks for a free-text query.
+func (ci *ChunkIndex) Search(engine, query string, k int) ([]Hit, error) {
+	switch engine {
+	case EngineBM25, "":
+		return ci.bm25.Search(Tokens(query), k), nil
+	case EngineBleve:
+		if ci.bleve == nil {
+			return nil, fmt.Errorf("bleve index not built")
+		}
+		q := bleve.NewMatchQuery(query)
+		q.SetField("text")
+		q.Analyzer = AnalyzerName
+		req := bleve.NewSearchRequestOptions(q, k, 0, false)
+		res, err := ci.bleve.Search(req)
+		if err != nil {
+			return nil, err
+		}
+		hits := make([]Hit, 0, len(res.Hits))
+		for _, h := range res.Hits {
+			d, err := strconv.Atoi(h.ID)
+			if err != nil {
+				return nil, fmt.Errorf("bleve hit %q: %w", h.ID, err)
+			}
+			hits = append(hits, Hit{Doc: d, Score: h.Score})
+		}
+		return hits, nil
+	}
+	return nil, fmt.Errorf("unknown search engine %q (want %s or %s)", engine, EngineBM25, EngineBleve)
+}
+
+// NodeSearch is the BM25 index over non-test node ids, split at "/", "."
+// and ":".
+type NodeSearch struct {
+	ids  []NodeID
+	bm25 *BM25
+}
+
+// BuildNodeSearch indexes every non-test node id of g.
+func BuildNodeSearch(g *Graph) *NodeSearch {
+	ns := &NodeSearch{}
+	var docs [][]string
+	split := strings.NewReplacer("/", " ", ".", " ", ":", " ")
+	for i, n := range g.Nodes {
+		if IsTestID(n.ID) {
+			continue
+		}
+		ns.ids = append(ns.ids, NodeID(i))
+		docs = append(docs, Tokens(split.Replace(n.ID)))
+	}
+	ns.bm25 = NewBM25(docs)
+	return ns
+}
+
+// Search returns up to k nodes with a positive score, best first.
+func (ns *NodeSearch) Search(query string, k int) []NodeID {
+	split := strings.NewReplacer("/", " ", ".", " ", ":", " ")
+	var out []NodeID
+	for _, h := range ns.bm25.Search(Tokens(split.Replace(query)), k) {
+		if h.Score > 0 {
+			out = append(out, ns.ids[h.Doc])
+		}
+	}
+	return out
+}

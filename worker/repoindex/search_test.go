@@ -1,0 +1,178 @@
+package repoindex
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/a2farm/a2farm/internal/pyparse"
+)
+
+func TestTokens(t *testing.T) {
+	got := Tokens("The parse_header() function: Running runs, a x HTTPAdapter!")
+	want := []string{"parse_head", "function", "run", "run", "httpadapt"}
+	if !slices.Equal(got, want) {
+		t.Errorf("Tokens = %q, want %q", got, want)
+	}
+}
+
+// TestBM25Textbook checks scores against values worked by hand.
+func TestBM25Textbook(t *testing.T) {
+	docs := [][]string{
+		{"cat", "dog"},        // len 2
+		{"cat", "cat", "cat"}, // len 3
+		{"bird"},              // len 1
+	}
+	b := NewBM25(docs)
+	hits := b.Search([]string{"cat", "cat"}, 10) // repeated query words count once
+	if len(hits) != 2 {
+		t.Fatalf("hits = %v", hits)
+	}
+	// N=3, df(cat)=2: idf = ln(1 + (3-2+0.5)/(2+0.5)) = ln(1.6); avgdl = 2.
+	idf := math.Log(1.6)
+	score := func(tf, dl float64) float64 {
+		return idf * tf * (BM25K1 + 1) / (tf + BM25K1*(1-BM25B+BM25B*dl/2))
+	}
+	want := []Hit{{1, score(3, 3)}, {0, score(1, 2)}}
+	for i := range want {
+		if hits[i].Doc != want[i].Doc || math.Abs(hits[i].Score-want[i].Score) > 1e-12 {
+			t.Errorf("hit %d = %+v, want %+v", i, hits[i], want[i])
+		}
+	}
+	if got := b.Search([]string{"fish"}, 10); len(got) != 0 {
+		t.Errorf("unknown word matched %v", got)
+	}
+	if got := NewBM25(nil).Search([]string{"x"}, 3); got != nil {
+		t.Errorf("empty index returned %v", got)
+	}
+}
+
+func TestIsSearchTestPath(t *testing.T) {
+	for p, want := range map[string]bool{
+		"tests/test_a.py": true, "pkg/test/util.py": true, "pkg/test_x.py": true, "pkg/x_test.py": true,
+		"test_top.py": true, "pkg/testing/x.py": false, "pkg/contest.py": false, "pkg/tests.py": false,
+	} {
+		if got := IsSearchTestPath(p); got != want {
+			t.Errorf("IsSearchTestPath(%q) = %v, want %v", p, got, want)
+		}
+	}
+}
+
+func parse(t *testing.T, path, src string) *pyparse.File {
+	t.Helper()
+	p, err := pyparse.NewParser()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	f, err := p.Parse(path, []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func TestChunkFileAlignsToDefinitions(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("\"\"\"Doc.\"\"\"\nimport os\n\nLIMIT = 3\n\n")
+	body := strings.Repeat("    x = compute(a, b, c) + other(d, e)\n", 20) // ~300 tokens
+	for i := range 4 {
+		fmt.Fprintf(&b, "def f%d(a, b, c, d, e):\n%s\n\n", i, body)
+	}
+	src := b.String()
+	chunks := ChunkFile("m.py", []byte(src), parse(t, "m.py", src))
+	if len(chunks) < 3 {
+		t.Fatalf("chunks = %d, want several", len(chunks))
+	}
+	if got := chunks[0].SpanIDs[:3]; !slices.Equal(got, []string{"docstring", "imports", "LIMIT"}) {
+		t.Errorf("first chunk spans = %q", chunks[0].SpanIDs)
+	}
+	prevEnd := 0
+	for _, c := range chunks {
+		if c.StartLine != prevEnd+1 {
+			t.Errorf("chunk %+v does not start after line %d", c, prevEnd)
+		}
+		if c.Tokens > ChunkMaxTokens {
+			t.Errorf("chunk %+v over the max", c)
+		}
+		// every function starts a chunk or sits wholly inside one
+		prevEnd = c.EndLine
+	}
+	if total := strings.Count(src, "\n"); prevEnd != total {
+		t.Errorf("chunks end at line %d of %d", prevEnd, total)
+	}
+}
+
+func TestChunkFileSplitsHugeDefinitions(t *testing.T) {
+	src := "class Big:\n" + strings.Repeat("    def m(self):\n"+strings.Repeat("        y = a + b + c + d + e + f + g\n", 40)+"\n", 12)
+	chunks := ChunkFile("big.py", []byte(src), parse(t, "big.py", src))
+	if len(chunks) < 2 {
+		t.Fatalf("chunks = %d; a class over %d tokens must be split", len(chunks), ChunkMaxTokens)
+	}
+	for _, c := range chunks {
+		if c.Tokens > ChunkMaxTokens {
+			t.Errorf("chunk over the max: %+v", c)
+		}
+	}
+	many := strings.Repeat("def f():\n"+strings.Repeat("    z = q(1, 2, 3, 4, 5, 6, 7, 8, 9)\n", 60)+"\n", 300)
+	if n := len(ChunkFile("many.py", []byte(many), parse(t, "many.py", many))); n != MaxChunksPerFile {
+		t.Errorf("chunks of a huge file = %d, want the cap %d", n, MaxChunksPerFile)
+	}
+}
+
+func TestChunkSearchEngines(t *testing.T) {
+	files := []SourceFile{
+		{Path: "pkg/a.py", Content: []byte("def parse_header(line):\n    return line.split(':')\n")},
+		{Path: "pkg/b.py", Content: []byte("def render_body(text):\n    return text.strip()\n")},
+		{Path: "tests/test_a.py", Content: []byte("def test_parse_header():\n    parse_header('x')\n")},
+	}
+	parsed, err := ParseAll(context.Background(), files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ci := BuildChunkIndex(files, parsed)
+	if err := ci.BuildBleve(t.TempDir()); err != nil {
+		t.Fatal(err)
+	}
+	defer ci.Close()
+	if len(ci.Chunks) != 2 {
+		t.Fatalf("chunks = %+v; test files must be left out", ci.Chunks)
+	}
+	for _, eng := range []string{EngineBM25, EngineBleve} {
+		hits, err := ci.Search(eng, "where does parse_header split a line", 5)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(hits) == 0 || ci.Chunks[hits[0].Doc].File != "pkg/a.py" {
+			t.Errorf("%s: hits = %+v, want pkg/a.py first", eng, hits)
+		}
+		sc, err := ci.ScoreRetrieval(eng, "render the body text", []string{"pkg/b.py"}, 1)
+		if err != nil || sc.Recall != 1 || sc.RR != 1 {
+			t.Errorf("%s: score = %+v, %v", eng, sc, err)
+		}
+	}
+	if _, err := ci.Search("lucene", "x", 1); err == nil {
+		t.Error("unknown engine accepted")
+	}
+}
+
+func TestNodeSearch(t *testing.T) {
+	g := buildFixture(t, fixtureFiles)
+	ns := BuildNodeSearch(g)
+	hits := ns.Search("Engine run", 3)
+	if len(hits) == 0 || g.Node(hits[0]).ID != "pkg/core.py:Engine.run" {
+		var ids []string
+		for _, h := range hits {
+			ids = append(ids, g.Node(h).ID)
+		}
+		t.Errorf("hits = %q, want pkg/core.py:Engine.run first", ids)
+	}
+	for _, h := range ns.Search("test_core test_run", 10) {
+		if IsTestID(g.Node(h).ID) {
+			t.Errorf("test node %s returned", g.Node(h).ID)
+		}
+	}
+}
