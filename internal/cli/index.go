@@ -36,9 +36,11 @@ func newIndexBuildCmd(e *env) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			defer idx.Close()
 			fmt.Fprintf(e.stdout, "%s@%s\n", idx.Repo, idx.Commit)
 			fmt.Fprintf(e.stdout, "  graph    %d nodes, %d edges\n", len(idx.Graph.Nodes), len(idx.Graph.Edges))
 			fmt.Fprintf(e.stdout, "  commits  %d\n", len(idx.Commits.Commits))
+			fmt.Fprintf(e.stdout, "  chunks   %d (%s)\n", len(idx.Chunks.Chunks), idx.Engine)
 			for _, t := range idx.Timings {
 				fmt.Fprintf(e.stdout, "  %-8s %s\n", t.Part, t.Duration.Round(time.Millisecond))
 			}

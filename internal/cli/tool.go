@@ -42,6 +42,7 @@ Tools: ` + strings.Join(tools.AllNames(), ", ") + `.`,
 			if err != nil {
 				return err
 			}
+			defer idx.Close()
 			set, err := tools.New(idx, tools.Options{ProblemStatement: problem})
 			if err != nil {
 				return err

@@ -305,6 +305,7 @@ func (st *parseState) newDef(node *ts.Node, name string, class bool) *Def {
 	}
 	if body := node.ChildByFieldName("body"); body != nil {
 		d.Docstring = st.docstring(body)
+		d.BodyStart = int(body.StartPosition().Row) + 1
 	}
 	return d
 }

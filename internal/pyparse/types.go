@@ -46,7 +46,9 @@ type Def struct {
 	// Span runs from the `def`/`class` line (or `async def`) to the last line
 	// of the body, like Python's ast lineno/end_lineno: decorators are outside
 	// it and trailing comments do not extend it.
-	Span       Span        `json:"span"`
+	Span Span `json:"span"`
+	// BodyStart is the first line of the body (after the signature).
+	BodyStart  int         `json:"body_start"`
 	Decorators []Decorator `json:"decorators,omitempty"`
 	Docstring  *Docstring  `json:"docstring,omitempty"`
 	// Bases are the base-class expressions of a class as written ("Base",

@@ -78,6 +78,7 @@ func BuildGraph(files []SourceFile, parsedFiles []*pyparse.File) *Graph {
 	for i, f := range files {
 		b.paths[f.Path] = i
 	}
+	b.g.parsed = parsedFiles
 	b.addStructure()
 	b.addFileImports()
 	b.addCalls()

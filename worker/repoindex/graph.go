@@ -3,6 +3,9 @@ package repoindex
 import (
 	"fmt"
 	"strings"
+	"sync"
+
+	"github.com/a2farm/a2farm/internal/pyparse"
 )
 
 // NodeType is the kind of a code-graph node.
@@ -93,12 +96,16 @@ type Edge struct {
 // Graph is the code graph of one snapshot. It is immutable once built and
 // safe for concurrent readers.
 type Graph struct {
-	Nodes []Node
-	Edges []Edge
-	files []SourceFile
-	index map[string]NodeID
-	out   [][]int32 // node -> edge indexes, insertion order
-	in    [][]int32
+	Nodes  []Node
+	Edges  []Edge
+	files  []SourceFile
+	parsed []*pyparse.File // aligned with files; nil where parsing failed
+	index  map[string]NodeID
+	out    [][]int32 // node -> edge indexes, insertion order
+	in     [][]int32
+
+	namesOnce sync.Once
+	names     *NameTable
 }
 
 func newGraph(files []SourceFile) *Graph {

@@ -18,6 +18,9 @@ func TestMain(m *testing.M) {
 	}
 	tempDir = dir
 	code := m.Run()
+	if idx, err := sampleIndex(); err == nil {
+		idx.Close()
+	}
 	os.RemoveAll(dir)
 	os.Exit(code)
 }

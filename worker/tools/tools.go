@@ -102,6 +102,7 @@ func AllNames() []string {
 func New(idx *repoindex.Index, opts Options) (*Set, error) {
 	all := map[string]*Tool{
 		Finish:               finishTool(),
+		SearchCodeSnippets:   searchTool(),
 		GetEntityContents:    entityTool(),
 		ExploreTreeStructure: treeTool(),
 		SearchCommit:         commitTool(),

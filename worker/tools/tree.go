@@ -230,27 +230,12 @@ func (s *Set) tree(root repoindex.NodeID, q treeQuery, sf *surfacer) string {
 	return strings.Join(lines, "\n")
 }
 
-// candidates suggests nodes for an unknown id. The BM25 node-id index
-// takes this over once built; until then a case-insensitive match on the
-// last name segment stands in.
+// candidates suggests nodes for an unknown id: the BM25 node-id search,
+// as the reference does.
 func (s *Set) candidates(query string, limit int) []repoindex.NodeID {
-	g := s.idx.Graph
-	want := strings.ToLower(query)
-	if i := strings.LastIndexAny(want, ".:/"); i >= 0 {
-		want = want[i+1:]
+	hits := s.idx.Nodes.Search(query, bm25TopK)
+	if len(hits) > limit {
+		hits = hits[:limit]
 	}
-	var out []repoindex.NodeID
-	for i, n := range g.Nodes {
-		if len(out) == limit {
-			break
-		}
-		if repoindex.IsTestID(n.ID) || n.Type == repoindex.Directory {
-			continue
-		}
-		id := strings.ToLower(n.ID)
-		if j := strings.LastIndexAny(id, ".:/"); j >= 0 && id[j+1:] == want {
-			out = append(out, repoindex.NodeID(i))
-		}
-	}
-	return out
+	return hits
 }

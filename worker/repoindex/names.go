@@ -1,0 +1,37 @@
+package repoindex
+
+import "strings"
+
+// NameTable maps short names to non-test nodes: files under their base name
+// ("models.py") and stem ("models"), classes and functions under the last
+// segment of their qualified name. Lower holds the same keys lowercased.
+type NameTable struct {
+	Exact map[string][]NodeID
+	Lower map[string][]NodeID
+}
+
+// Names returns the graph's name table, built on first use.
+func (g *Graph) Names() *NameTable {
+	g.namesOnce.Do(func() {
+		t := &NameTable{Exact: map[string][]NodeID{}, Lower: map[string][]NodeID{}}
+		add := func(key string, n NodeID) {
+			t.Exact[key] = append(t.Exact[key], n)
+			t.Lower[strings.ToLower(key)] = append(t.Lower[strings.ToLower(key)], n)
+		}
+		for i, n := range g.Nodes {
+			if IsTestID(n.ID) {
+				continue
+			}
+			switch {
+			case strings.HasSuffix(n.ID, ".py"):
+				base := n.ID[strings.LastIndexByte(n.ID, '/')+1:]
+				add(base, NodeID(i))
+				add(strings.TrimSuffix(base, ".py"), NodeID(i))
+			case strings.Contains(n.ID, ":"):
+				add(shortName(n.ID), NodeID(i))
+			}
+		}
+		g.names = t
+	})
+	return g.names
+}
