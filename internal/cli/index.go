@@ -21,6 +21,7 @@ func newIndexCmd(e *env) *cobra.Command {
 
 func newIndexBuildCmd(e *env) *cobra.Command {
 	var sf snapshotFlags
+	var cf cacheFlags
 	cmd := &cobra.Command{
 		Use:   "build --repos DIR --repo OWNER/NAME --commit SHA",
 		Short: "Build every index of a snapshot and report what was built and how long each part took",
@@ -32,12 +33,20 @@ func newIndexBuildCmd(e *env) *cobra.Command {
 			repos := gitrepo.NewSet(sf.repos)
 			defer repos.Close()
 			start := time.Now()
-			idx, err := repoindex.Build(cmd.Context(), repos, sf.repo, sf.commit, repoindex.BuildOptions{})
+			opts, err := cf.options()
+			if err != nil {
+				return err
+			}
+			idx, err := repoindex.Build(cmd.Context(), repos, sf.repo, sf.commit, opts)
 			if err != nil {
 				return err
 			}
 			defer idx.Close()
-			fmt.Fprintf(e.stdout, "%s@%s\n", idx.Repo, idx.Commit)
+			how := "built"
+			if idx.Cached {
+				how = "loaded from cache"
+			}
+			fmt.Fprintf(e.stdout, "%s@%s (%s)\n", idx.Repo, idx.Commit, how)
 			fmt.Fprintf(e.stdout, "  graph    %d nodes, %d edges\n", len(idx.Graph.Nodes), len(idx.Graph.Edges))
 			fmt.Fprintf(e.stdout, "  commits  %d\n", len(idx.Commits.Commits))
 			fmt.Fprintf(e.stdout, "  chunks   %d (%s)\n", len(idx.Chunks.Chunks), idx.Engine)
@@ -49,6 +58,7 @@ func newIndexBuildCmd(e *env) *cobra.Command {
 		},
 	}
 	sf.bind(cmd)
+	cf.bind(cmd)
 	return cmd
 }
 
@@ -118,4 +128,46 @@ one {"src","dst","type"} line per edge. Parallel edges are kept.`,
 	}
 	sf.bind(cmd)
 	return cmd
+}
+
+// cacheFlags choose how indexes are built and where they are kept.
+type cacheFlags struct {
+	dir       string
+	maxGiB    float64
+	engine    string
+	summaries string
+}
+
+func (c *cacheFlags) bind(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.StringVar(&c.dir, "cache", envOr("A2FARM_CACHE", ""), "index cache folder shared by processes on this host; empty builds in a temporary folder (env A2FARM_CACHE)")
+	f.Float64Var(&c.maxGiB, "cache-max-gib", 20, "size bound of the index cache in GiB; least recently used snapshots are evicted (0: unbounded)")
+	f.StringVar(&c.engine, "search-engine", repoindex.DefaultEngine, "code-chunk ranking: bleve (bm25 scoring) or bm25 (textbook Lucene BM25)")
+	f.StringVar(&c.summaries, "summaries", "", "prebuilt {file_path: summary} JSON for view_summary/search_summary (default: structural summaries)")
+}
+
+func (c *cacheFlags) options() (repoindex.BuildOptions, error) {
+	var opts repoindex.BuildOptions
+	if c.engine != repoindex.EngineBleve && c.engine != repoindex.EngineBM25 {
+		return opts, usagef("--search-engine %q: want %s or %s", c.engine, repoindex.EngineBleve, repoindex.EngineBM25)
+	}
+	opts.Engine = c.engine
+	if c.maxGiB < 0 {
+		return opts, usagef("--cache-max-gib must be >= 0")
+	}
+	if c.dir != "" {
+		cache, err := repoindex.OpenCache(c.dir, int64(c.maxGiB*(1<<30)))
+		if err != nil {
+			return opts, err
+		}
+		opts.Cache = cache
+	}
+	if c.summaries != "" {
+		table, err := repoindex.LoadSummaryFile(c.summaries)
+		if err != nil {
+			return opts, err
+		}
+		opts.Summaries = table
+	}
+	return opts, nil
 }

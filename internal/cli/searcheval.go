@@ -65,7 +65,7 @@ same tokens. Gold comes from --gold, or from file_changes in the dataset rows.`,
 				if err != nil {
 					return err
 				}
-				ci := repoindex.BuildChunkIndex(src.Files, parsed)
+				ci := repoindex.BuildChunkIndex(src.Files, parsed, true)
 				dir, err := os.MkdirTemp("", "a2farm-bleve")
 				if err != nil {
 					return err

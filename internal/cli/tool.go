@@ -14,6 +14,7 @@ import (
 
 func newToolCmd(e *env) *cobra.Command {
 	var sf snapshotFlags
+	var cf cacheFlags
 	var name, args string
 	var asJSON bool
 	var problem string
@@ -38,7 +39,11 @@ Tools: ` + strings.Join(tools.AllNames(), ", ") + `.`,
 			}
 			repos := gitrepo.NewSet(sf.repos)
 			defer repos.Close()
-			idx, err := repoindex.Build(cmd.Context(), repos, sf.repo, sf.commit, repoindex.BuildOptions{})
+			opts, err := cf.options()
+			if err != nil {
+				return err
+			}
+			idx, err := repoindex.Build(cmd.Context(), repos, sf.repo, sf.commit, opts)
 			if err != nil {
 				return err
 			}
@@ -62,6 +67,7 @@ Tools: ` + strings.Join(tools.AllNames(), ", ") + `.`,
 		},
 	}
 	sf.bind(cmd)
+	cf.bind(cmd)
 	cmd.Flags().StringVar(&name, "name", "", "tool name")
 	cmd.Flags().StringVar(&args, "args", "{}", "tool arguments as a JSON object")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object instead of text")

@@ -24,10 +24,14 @@ type CommitInfo struct {
 	Files []string
 }
 
+// KnownFiles returns the changed files of a commit computed earlier, so a
+// history walk skips the tree diff; nil disables the lookup.
+type KnownFiles func(sha string) ([]string, bool)
+
 // History returns up to limit commits reachable from rev (rev included),
 // newest first by committer time, like `git log rev`. Commits after rev
 // never appear.
-func (r *Repo) History(ctx context.Context, rev string, limit int) ([]CommitInfo, error) {
+func (r *Repo) History(ctx context.Context, rev string, limit int, known KnownFiles) ([]CommitInfo, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	hash, err := r.repo.ResolveRevision(plumbing.Revision(rev))
@@ -51,9 +55,14 @@ func (r *Repo) History(ctx context.Context, rev string, limit int) ([]CommitInfo
 		if err != nil {
 			return nil, fmt.Errorf("log %s: %w", rev, err)
 		}
-		files, err := changedFiles(ctx, c)
-		if err != nil {
-			return nil, fmt.Errorf("files of %s: %w", c.Hash, err)
+		files, ok := []string(nil), false
+		if known != nil {
+			files, ok = known(c.Hash.String())
+		}
+		if !ok {
+			if files, err = changedFiles(ctx, c); err != nil {
+				return nil, fmt.Errorf("files of %s: %w", c.Hash, err)
+			}
 		}
 		out = append(out, CommitInfo{SHA: c.Hash.String(), Message: c.Message, AuthorDate: c.Author.When, Files: files})
 	}

@@ -287,7 +287,7 @@ func (st *parseState) newDef(node *ts.Node, name string, class bool) *Def {
 		Span:      Span{Start: int(node.StartPosition().Row) + 1, End: endLine},
 		StartByte: uint32(node.StartByte()),
 		EndByte:   endByte,
-		astDepth:  st.astDepth(node),
+		Depth:     st.astDepth(node),
 	}
 	if class {
 		d.Kind = KindClass
@@ -563,7 +563,7 @@ func (st *parseState) nest() {
 			parent := stack[len(stack)-1]
 			dn.parent = parent
 			d.QualName = parent.def.QualName + "." + d.Name
-			d.Method = d.Kind == KindFunction && parent.def.Kind == KindClass && d.astDepth == parent.def.astDepth+1
+			d.Method = d.Kind == KindFunction && parent.def.Kind == KindClass && d.Depth == parent.def.Depth+1
 			parent.def.Children = append(parent.def.Children, d)
 		}
 		stack = append(stack, dn)
@@ -689,5 +689,5 @@ func countLines(src []byte) int {
 }
 
 func sortStableByDepth(defs []*Def) {
-	slices.SortStableFunc(defs, func(a, b *Def) int { return a.astDepth - b.astDepth })
+	slices.SortStableFunc(defs, func(a, b *Def) int { return a.Depth - b.Depth })
 }

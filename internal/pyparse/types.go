@@ -1,6 +1,9 @@
 package pyparse
 
-import "slices"
+import (
+	"fmt"
+	"slices"
+)
 
 // Span is a range of source lines, 1-based and inclusive at both ends.
 type Span struct {
@@ -33,6 +36,19 @@ func (k DefKind) String() string {
 // MarshalText makes kinds readable in JSON output.
 func (k DefKind) MarshalText() ([]byte, error) { return []byte(k.String()), nil }
 
+// UnmarshalText reads what MarshalText wrote.
+func (k *DefKind) UnmarshalText(b []byte) error {
+	switch string(b) {
+	case "class":
+		*k = KindClass
+	case "function":
+		*k = KindFunction
+	default:
+		return fmt.Errorf("unknown definition kind %q", b)
+	}
+	return nil
+}
+
 // Def is a class or function definition (methods and nested definitions
 // included).
 type Def struct {
@@ -64,9 +80,9 @@ type Def struct {
 	StartByte uint32 `json:"-"`
 	EndByte   uint32 `json:"-"`
 
-	// astDepth is the depth of the node in Python's ast, used to reproduce
-	// ast.walk's breadth-first order.
-	astDepth int
+	// Depth is the definition's depth in Python's ast (module-level
+	// definitions are 1), which orders BreadthFirst like ast.walk.
+	Depth int `json:"depth"`
 }
 
 // Decorator is one `@expr` line (or lines) of a decorated definition.

@@ -55,8 +55,8 @@ func IssueRefs(text string) []string {
 // BuildCommitIndex walks up to MaxCommits ancestors of commit. Messages are
 // taken from commit objects, so multi-paragraph messages are kept whole
 // (the reference splits `git log` output on blank lines and loses them).
-func BuildCommitIndex(ctx context.Context, repo *gitrepo.Repo, commit string) (*CommitIndex, error) {
-	hist, err := repo.History(ctx, commit, MaxCommits)
+func BuildCommitIndex(ctx context.Context, repo *gitrepo.Repo, commit string, known gitrepo.KnownFiles) (*CommitIndex, error) {
+	hist, err := repo.History(ctx, commit, MaxCommits, known)
 	if err != nil {
 		return nil, err
 	}

@@ -8,7 +8,12 @@ import (
 	"time"
 
 	"github.com/a2farm/a2farm/internal/gitrepo"
+	"github.com/a2farm/a2farm/internal/pyparse"
 )
+
+// Version is the on-disk format version of cached indexes; bump it when
+// a change makes cached parts unreadable or stale.
+const Version = 1
 
 // Index holds every index of one snapshot.
 type Index struct {
@@ -24,10 +29,13 @@ type Index struct {
 	Nodes  *NodeSearch
 	// Engine ranks Chunks: EngineBleve or EngineBM25.
 	Engine string
-	// cleanup removes what Build created on disk.
-	cleanup func() error
-	// Timings says how long each part took to build.
+	// Cached is true when the index was loaded from the cache.
+	Cached bool
+	// Timings says how long each part took to build or load.
 	Timings []Timing
+	// release frees what the index holds on disk (temporary folder,
+	// cache lock).
+	release []func() error
 }
 
 // Timing is the build time of one index part.
@@ -43,9 +51,8 @@ type BuildOptions struct {
 	Summaries map[string]string
 	// Engine ranks code chunks: EngineBleve (default) or EngineBM25.
 	Engine string
-	// Dir holds on-disk parts (the bleve index); "" uses a temporary
-	// folder removed by Close.
-	Dir string
+	// Cache, when set, keeps indexes on disk across runs and processes.
+	Cache *Cache
 }
 
 // DefaultEngine is the chunk ranking used when none is chosen: bleve's
@@ -53,80 +60,108 @@ type BuildOptions struct {
 // ranks the first gold file higher (MRR 0.394 vs 0.344; docs/BENCHMARKS.md).
 const DefaultEngine = EngineBleve
 
-// Close releases the index's files.
+// Close releases the index's files and locks.
 func (idx *Index) Close() error {
-	var err error
+	var first error
 	if idx.Chunks != nil {
-		err = idx.Chunks.Close()
+		first = idx.Chunks.Close()
 	}
-	if idx.cleanup != nil {
-		if cerr := idx.cleanup(); err == nil {
-			err = cerr
+	for i := len(idx.release) - 1; i >= 0; i-- {
+		if err := idx.release[i](); first == nil {
+			first = err
 		}
 	}
-	return err
+	idx.release = nil
+	return first
+}
+
+func (idx *Index) timed(part string, start time.Time) {
+	idx.Timings = append(idx.Timings, Timing{part, time.Since(start)})
 }
 
 // Build reads the snapshot of repo at commit from repos and builds its
-// indexes.
+// indexes, through the cache when opts.Cache is set.
 func Build(ctx context.Context, repos *gitrepo.Set, repo, commit string, opts BuildOptions) (*Index, error) {
+	if opts.Engine == "" {
+		opts.Engine = DefaultEngine
+	}
+	if opts.Engine != EngineBleve && opts.Engine != EngineBM25 {
+		return nil, fmt.Errorf("unknown search engine %q (want %s or %s)", opts.Engine, EngineBleve, EngineBM25)
+	}
 	snap, err := repos.At(repo, commit)
 	if err != nil {
 		return nil, err
 	}
-	idx := &Index{Repo: repo, Commit: snap.Commit()}
-	start := time.Now()
-	src, err := LoadSnapshot(ctx, repo, snap)
-	if err != nil {
-		return nil, fmt.Errorf("load %s@%s: %w", repo, commit, err)
+	if opts.Cache != nil {
+		return opts.Cache.index(ctx, snap, repo, opts)
 	}
-	idx.Timings = append(idx.Timings, Timing{"read", time.Since(start)})
-	start = time.Now()
-	parsed, err := ParseAll(ctx, src.Files)
+	tmp, err := os.MkdirTemp("", "a2farm-index-*")
 	if err != nil {
 		return nil, err
 	}
-	idx.Timings = append(idx.Timings, Timing{"parse", time.Since(start)})
-	start = time.Now()
-	idx.Graph = BuildGraph(src.Files, parsed)
-	idx.Timings = append(idx.Timings, Timing{"graph", time.Since(start)})
-	start = time.Now()
-	if idx.Commits, err = BuildCommitIndex(ctx, snap.Repo(), idx.Commit); err != nil {
-		return nil, fmt.Errorf("commit index of %s@%s: %w", repo, commit, err)
+	idx, err := build(ctx, snap, repo, opts, tmp, nil)
+	if err != nil {
+		os.RemoveAll(tmp)
+		return nil, err
 	}
-	idx.Timings = append(idx.Timings, Timing{"commits", time.Since(start)})
-	start = time.Now()
-	idx.Summaries = BuildSummaries(idx.Graph, idx.Commits, opts.Summaries)
-	idx.Timings = append(idx.Timings, Timing{"summary", time.Since(start)})
+	idx.release = append(idx.release, func() error { return os.RemoveAll(tmp) })
+	return idx, nil
+}
+
+// build makes every part of the index; on-disk parts go into dir. With a
+// cache, parse results and commit file lists are reused by blob and
+// commit id.
+func build(ctx context.Context, snap *gitrepo.Snapshot, repo string, opts BuildOptions, dir string, c *Cache) (*Index, error) {
+	idx := &Index{Repo: repo, Commit: snap.Commit(), Engine: opts.Engine}
+	start := time.Now()
+	src, err := LoadSnapshot(ctx, repo, snap)
+	if err != nil {
+		return nil, fmt.Errorf("load %s@%s: %w", repo, snap.Commit(), err)
+	}
+	idx.timed("read", start)
 
 	start = time.Now()
-	idx.Nodes = BuildNodeSearch(idx.Graph)
-	idx.Chunks = BuildChunkIndex(src.Files, parsed)
-	idx.Timings = append(idx.Timings, Timing{"bm25", time.Since(start)})
-	idx.Engine = opts.Engine
-	if idx.Engine == "" {
-		idx.Engine = DefaultEngine
+	parsed, err := c.parseAll(ctx, src.Files)
+	if err != nil {
+		return nil, err
 	}
-	switch idx.Engine {
-	case EngineBM25:
-	case EngineBleve:
+	idx.timed("parse", start)
+
+	start = time.Now()
+	idx.Graph = BuildGraph(src.Files, parsed)
+	idx.timed("graph", start)
+
+	start = time.Now()
+	known, save := c.commitFiles(repo)
+	if idx.Commits, err = BuildCommitIndex(ctx, snap.Repo(), idx.Commit, known); err != nil {
+		return nil, fmt.Errorf("commit index of %s@%s: %w", repo, idx.Commit, err)
+	}
+	if err := save(idx.Commits); err != nil {
+		return nil, err
+	}
+	idx.timed("commits", start)
+
+	idx.finish(opts, src.Files, parsed, nil)
+	if opts.Engine == EngineBleve {
 		start = time.Now()
-		dir := opts.Dir
-		if dir == "" {
-			tmp, err := os.MkdirTemp("", "a2farm-index-*")
-			if err != nil {
-				return nil, err
-			}
-			idx.cleanup = func() error { return os.RemoveAll(tmp) }
-			dir = tmp
-		}
 		if err := idx.Chunks.BuildBleve(filepath.Join(dir, "chunks.bleve")); err != nil {
-			idx.Close()
 			return nil, err
 		}
-		idx.Timings = append(idx.Timings, Timing{"bleve", time.Since(start)})
-	default:
-		return nil, fmt.Errorf("unknown search engine %q (want %s or %s)", idx.Engine, EngineBleve, EngineBM25)
+		idx.timed("bleve", start)
 	}
 	return idx, nil
+}
+
+// finish builds the parts that are cheap to derive: summaries, node
+// search, and the chunk index (from given chunks, or by chunking).
+func (idx *Index) finish(opts BuildOptions, files []SourceFile, parsed []*pyparse.File, chunks []Chunk) {
+	start := time.Now()
+	idx.Summaries = BuildSummaries(idx.Graph, idx.Commits, opts.Summaries)
+	idx.Nodes = BuildNodeSearch(idx.Graph)
+	if chunks == nil {
+		idx.Chunks = BuildChunkIndex(files, parsed, opts.Engine == EngineBM25)
+	} else {
+		idx.Chunks = chunkIndexFrom(files, chunks, opts.Engine == EngineBM25)
+	}
+	idx.timed("search", start)
 }

@@ -28,24 +28,45 @@ type ChunkIndex struct {
 	bleve  bleve.Index
 }
 
-// BuildChunkIndex chunks every file the search covers and indexes the
-// chunks with textbook BM25 (the text only, not the path).
-func BuildChunkIndex(files []SourceFile, parsed []*pyparse.File) *ChunkIndex {
-	ci := &ChunkIndex{}
-	var docs [][]string
+// BuildChunkIndex chunks every file the search covers; withBM25 also
+// indexes the chunk texts (not their paths) with textbook BM25.
+func BuildChunkIndex(files []SourceFile, parsed []*pyparse.File, withBM25 bool) *ChunkIndex {
+	var chunks []Chunk
 	for i, f := range files {
-		if IsSearchTestPath(f.Path) {
-			continue
+		if !IsSearchTestPath(f.Path) {
+			chunks = append(chunks, ChunkFile(f.Path, f.Content, parsed[i])...)
 		}
-		lines := strings.Split(string(f.Content), "\n")
-		for _, c := range ChunkFile(f.Path, f.Content, parsed[i]) {
-			text := strings.Join(lines[c.StartLine-1:min(c.EndLine, len(lines))], "\n")
-			ci.Chunks = append(ci.Chunks, c)
-			ci.texts = append(ci.texts, text)
+	}
+	return chunkIndexFrom(files, chunks, withBM25)
+}
+
+// chunkIndexFrom indexes known chunks of files.
+func chunkIndexFrom(files []SourceFile, chunks []Chunk, withBM25 bool) *ChunkIndex {
+	ci := &ChunkIndex{Chunks: chunks}
+	byPath := make(map[string][]byte, len(files))
+	for _, f := range files {
+		byPath[f.Path] = f.Content
+	}
+	split := map[string][]string{}
+	var docs [][]string
+	for _, c := range chunks {
+		lines, ok := split[c.File]
+		if !ok {
+			lines = strings.Split(string(byPath[c.File]), "\n")
+			split[c.File] = lines
+		}
+		text := ""
+		if c.StartLine-1 < len(lines) {
+			text = strings.Join(lines[c.StartLine-1:min(c.EndLine, len(lines))], "\n")
+		}
+		ci.texts = append(ci.texts, text)
+		if withBM25 {
 			docs = append(docs, Tokens(text))
 		}
 	}
-	ci.bm25 = NewBM25(docs)
+	if withBM25 {
+		ci.bm25 = NewBM25(docs)
+	}
 	return ci
 }
 
@@ -98,6 +119,9 @@ func (ci *ChunkIndex) Close() error {
 func (ci *ChunkIndex) Search(engine, query string, k int) ([]Hit, error) {
 	switch engine {
 	case EngineBM25, "":
+		if ci.bm25 == nil {
+			return nil, fmt.Errorf("textbook BM25 index not built")
+		}
 		return ci.bm25.Search(Tokens(query), k), nil
 	case EngineBleve:
 		if ci.bleve == nil {

@@ -133,7 +133,7 @@ func TestChunkSearchEngines(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ci := BuildChunkIndex(files, parsed)
+	ci := BuildChunkIndex(files, parsed, true)
 	if err := ci.BuildBleve(t.TempDir()); err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,443 @@
+package repoindex
+
+import (
+	"bytes"
+	"context"
+	"encoding/gob"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/blevesearch/bleve/v2"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/a2farm/a2farm/internal/gitrepo"
+	"github.com/a2farm/a2farm/internal/pyparse"
+)
+
+// Cache keeps indexes on disk, content-addressed by repository, commit and
+// index Version, so that all rollouts of a snapshot — in any worker process
+// on the host — share one build. Parse results are cached per git blob and
+// commit file lists per commit, so a nearby commit of the same repository
+// re-indexes incrementally.
+//
+// Layout under the cache folder:
+//
+//	v1/snapshots/owner__name/<commit>-<engine>/   meta.json, chunks.gob, commits.gob, chunks.bleve/
+//	v1/snapshots/owner__name/<commit>-<engine>.lock
+//	v1/parse/<blob[:2]>/<blob>.gob
+//	v1/commits/owner__name.gob (+ .lock)
+//
+// Concurrency: a snapshot is built under an exclusive flock, into a
+// temporary folder renamed into place; users hold a shared flock while the
+// index is open, and eviction skips snapshots it cannot lock exclusively.
+// Flock makes the cache Unix-only.
+type Cache struct {
+	root     string
+	maxBytes int64
+	mu       sync.Mutex // serialises eviction within a process
+}
+
+// OpenCache opens (creating) a cache at dir bounded to maxBytes of
+// snapshot data (0: unbounded); least recently used snapshots go first.
+func OpenCache(dir string, maxBytes int64) (*Cache, error) {
+	if maxBytes < 0 {
+		return nil, fmt.Errorf("cache size must be >= 0, got %d", maxBytes)
+	}
+	root := filepath.Join(dir, fmt.Sprintf("v%d", Version))
+	for _, sub := range []string{"snapshots", "parse", "commits"} {
+		if err := os.MkdirAll(filepath.Join(root, sub), 0o755); err != nil {
+			return nil, fmt.Errorf("cache %s: %w", dir, err)
+		}
+	}
+	return &Cache{root: root, maxBytes: maxBytes}, nil
+}
+
+// snapshotMeta is meta.json of a cached snapshot.
+type snapshotMeta struct {
+	Version int       `json:"version"`
+	Repo    string    `json:"repo"`
+	Commit  string    `json:"commit"`
+	Engine  string    `json:"engine"`
+	Files   int       `json:"files"`
+	Chunks  int       `json:"chunks"`
+	Built   time.Time `json:"built"`
+}
+
+// snapshotDir is the entry of a snapshot for one search engine (entries
+// of different engines never wait on each other).
+func (c *Cache) snapshotDir(repo, commit, engine string) string {
+	return filepath.Join(c.root, "snapshots", gitrepo.DirName(repo), commit+"-"+engine)
+}
+
+// index returns the cached index of a snapshot, building it first when it
+// is missing (or was built for another engine).
+func (c *Cache) index(ctx context.Context, snap *gitrepo.Snapshot, repo string, opts BuildOptions) (*Index, error) {
+	dir := c.snapshotDir(repo, snap.Commit(), opts.Engine)
+	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+		return nil, err
+	}
+	// Readers share the lock; only a missing entry is built, under an
+	// exclusive lock, which is then downgraded: open indexes keep a
+	// shared lock, so eviction (exclusive, non-blocking) leaves them be.
+	lock, err := lockFile(dir+".lock", syscall.LOCK_SH)
+	if err != nil {
+		return nil, err
+	}
+	if idx, ok := c.tryLoad(ctx, snap, repo, opts, dir); ok {
+		idx.release = append(idx.release, lock.Close)
+		c.touch(dir)
+		return idx, nil
+	}
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		lock.Close()
+		return nil, fmt.Errorf("lock %s: %w", dir, err)
+	}
+	idx, err := c.loadOrBuild(ctx, snap, repo, opts, dir)
+	if err != nil {
+		lock.Close()
+		return nil, err
+	}
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_SH); err != nil {
+		idx.Close()
+		lock.Close()
+		return nil, fmt.Errorf("lock %s: %w", dir, err)
+	}
+	idx.release = append(idx.release, lock.Close)
+	c.touch(dir)
+	if !idx.Cached {
+		c.evict(dir)
+	}
+	return idx, nil
+}
+
+// touch records a use of an entry for LRU eviction.
+func (c *Cache) touch(dir string) {
+	now := time.Now()
+	_ = os.Chtimes(filepath.Join(dir, "meta.json"), now, now)
+}
+
+// tryLoad loads a complete entry made for these options.
+func (c *Cache) tryLoad(ctx context.Context, snap *gitrepo.Snapshot, repo string, opts BuildOptions, dir string) (*Index, bool) {
+	meta, err := readMeta(dir)
+	if err != nil || meta.Version != Version || meta.Engine != opts.Engine {
+		return nil, false
+	}
+	idx, err := c.load(ctx, snap, repo, opts, dir)
+	if err != nil {
+		return nil, false // a damaged entry is rebuilt rather than trusted
+	}
+	return idx, true
+}
+
+func (c *Cache) loadOrBuild(ctx context.Context, snap *gitrepo.Snapshot, repo string, opts BuildOptions, dir string) (*Index, error) {
+	if idx, ok := c.tryLoad(ctx, snap, repo, opts, dir); ok {
+		return idx, nil // built by another process while we waited
+	}
+	tmp, err := os.MkdirTemp(filepath.Dir(dir), filepath.Base(dir)+".tmp-*")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(tmp)
+	idx, err := build(ctx, snap, repo, opts, tmp, c)
+	if err != nil {
+		return nil, err
+	}
+	if err := idx.Chunks.Close(); err != nil { // reopened from the final place below
+		return nil, err
+	}
+	idx.Chunks.bleve = nil
+	meta := snapshotMeta{Version: Version, Repo: repo, Commit: idx.Commit, Engine: opts.Engine,
+		Files: len(idx.Graph.files), Chunks: len(idx.Chunks.Chunks), Built: time.Now().UTC()}
+	if err := writeGob(filepath.Join(tmp, "chunks.gob"), idx.Chunks.Chunks); err != nil {
+		return nil, err
+	}
+	if err := writeGob(filepath.Join(tmp, "commits.gob"), idx.Commits.Commits); err != nil {
+		return nil, err
+	}
+	data, _ := json.MarshalIndent(meta, "", "  ")
+	if err := os.WriteFile(filepath.Join(tmp, "meta.json"), data, 0o644); err != nil {
+		return nil, err
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return nil, err
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		return nil, fmt.Errorf("install cache entry: %w", err)
+	}
+	if opts.Engine == EngineBleve {
+		if err := idx.Chunks.openBleve(filepath.Join(dir, "chunks.bleve")); err != nil {
+			return nil, err
+		}
+	}
+	return idx, nil
+}
+
+// load rebuilds an index from a cache entry: sources from git, parse
+// results from the blob cache, the graph (cheap), commits and chunks from
+// the entry, and the bleve index opened read-only.
+func (c *Cache) load(ctx context.Context, snap *gitrepo.Snapshot, repo string, opts BuildOptions, dir string) (*Index, error) {
+	idx := &Index{Repo: repo, Commit: snap.Commit(), Engine: opts.Engine, Cached: true}
+	start := time.Now()
+	src, err := LoadSnapshot(ctx, repo, snap)
+	if err != nil {
+		return nil, err
+	}
+	idx.timed("read", start)
+	start = time.Now()
+	parsed, err := c.parseAll(ctx, src.Files)
+	if err != nil {
+		return nil, err
+	}
+	idx.timed("parse", start)
+	start = time.Now()
+	idx.Graph = BuildGraph(src.Files, parsed)
+	idx.timed("graph", start)
+	start = time.Now()
+	var commits []Commit
+	if err := readGob(filepath.Join(dir, "commits.gob"), &commits); err != nil {
+		return nil, err
+	}
+	idx.Commits = &CommitIndex{Commits: commits, repo: snap.Repo()}
+	var chunks []Chunk
+	if err := readGob(filepath.Join(dir, "chunks.gob"), &chunks); err != nil {
+		return nil, err
+	}
+	idx.timed("load", start)
+	idx.finish(opts, src.Files, parsed, chunks)
+	if opts.Engine == EngineBleve {
+		start = time.Now()
+		if err := idx.Chunks.openBleve(filepath.Join(dir, "chunks.bleve")); err != nil {
+			return nil, err
+		}
+		idx.timed("bleve", start)
+	}
+	return idx, nil
+}
+
+// openBleve opens a built scorch index read-only (many processes may).
+func (ci *ChunkIndex) openBleve(dir string) error {
+	idx, err := bleve.OpenUsing(dir, map[string]any{"read_only": true})
+	if err != nil {
+		return fmt.Errorf("open bleve index %s: %w", dir, err)
+	}
+	ci.bleve = idx
+	return nil
+}
+
+// parseAll parses files, reusing cached results by blob id; a nil cache
+// parses everything.
+func (c *Cache) parseAll(ctx context.Context, files []SourceFile) ([]*pyparse.File, error) {
+	if c == nil {
+		return ParseAll(ctx, files)
+	}
+	out := make([]*pyparse.File, len(files))
+	var missing []int
+	for i, f := range files {
+		var pf pyparse.File
+		if err := readGob(c.parsePath(f.Blob), &pf); err == nil && pf.Path == f.Path {
+			out[i] = &pf
+			continue
+		}
+		missing = append(missing, i)
+	}
+	if len(missing) == 0 {
+		return out, nil
+	}
+	todo := make([]SourceFile, len(missing))
+	for j, i := range missing {
+		todo[j] = files[i]
+	}
+	parsed, err := ParseAll(ctx, todo)
+	if err != nil {
+		return nil, err
+	}
+	g, _ := errgroup.WithContext(ctx)
+	g.SetLimit(runtime.GOMAXPROCS(0))
+	for j, i := range missing {
+		out[i] = parsed[j]
+		g.Go(func() error { return writeGobAtomic(c.parsePath(files[i].Blob), parsed[j]) })
+	}
+	return out, g.Wait()
+}
+
+// parsePath keys parse results by blob. The path is part of the stored
+// value (relative imports depend on it), and checked on load.
+func (c *Cache) parsePath(blob string) string {
+	return filepath.Join(c.root, "parse", blob[:2], blob+".gob")
+}
+
+// commitFiles returns the known-files lookup of a repository's commit memo
+// and a function that stores a newly built commit index in it.
+func (c *Cache) commitFiles(repo string) (gitrepo.KnownFiles, func(*CommitIndex) error) {
+	if c == nil {
+		return nil, func(*CommitIndex) error { return nil }
+	}
+	path := filepath.Join(c.root, "commits", gitrepo.DirName(repo)+".gob")
+	memo := map[string][]string{}
+	_ = readGob(path, &memo) // a missing or damaged memo only costs time
+	known := func(sha string) ([]string, bool) {
+		files, ok := memo[sha]
+		return files, ok
+	}
+	save := func(ci *CommitIndex) error {
+		lock, err := lockFile(path+".lock", syscall.LOCK_EX)
+		if err != nil {
+			return err
+		}
+		defer lock.Close()
+		current := map[string][]string{}
+		_ = readGob(path, &current) // merge with what other processes added
+		added := false
+		for _, cm := range ci.Commits {
+			if _, ok := current[cm.SHA]; !ok {
+				current[cm.SHA] = cm.Files
+				added = true
+			}
+		}
+		if !added {
+			return nil
+		}
+		return writeGobAtomic(path, current)
+	}
+	return known, save
+}
+
+// evict removes least recently used snapshots until the cache fits its
+// bound, never the one just used nor any that is open (locked) elsewhere.
+func (c *Cache) evict(keep string) {
+	if c.maxBytes == 0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	type entry struct {
+		dir  string
+		size int64
+		used time.Time
+	}
+	var entries []entry
+	var total int64
+	repos, _ := os.ReadDir(filepath.Join(c.root, "snapshots"))
+	for _, r := range repos {
+		if !r.IsDir() {
+			continue
+		}
+		snaps, _ := os.ReadDir(filepath.Join(c.root, "snapshots", r.Name()))
+		for _, s := range snaps {
+			if !s.IsDir() || strings.Contains(s.Name(), ".tmp-") {
+				continue
+			}
+			dir := filepath.Join(c.root, "snapshots", r.Name(), s.Name())
+			st, err := os.Stat(filepath.Join(dir, "meta.json"))
+			if err != nil {
+				continue
+			}
+			size := dirSize(dir)
+			total += size
+			entries = append(entries, entry{dir, size, st.ModTime()})
+		}
+	}
+	slices.SortFunc(entries, func(a, b entry) int { return a.used.Compare(b.used) })
+	for _, e := range entries {
+		if total <= c.maxBytes {
+			return
+		}
+		if e.dir == keep {
+			continue
+		}
+		lock, err := lockFile(e.dir+".lock", syscall.LOCK_EX|syscall.LOCK_NB)
+		if err != nil {
+			continue // in use
+		}
+		if os.RemoveAll(e.dir) == nil {
+			total -= e.size
+		}
+		lock.Close()
+	}
+}
+
+func dirSize(dir string) int64 {
+	var n int64
+	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			if info, err := d.Info(); err == nil {
+				n += info.Size()
+			}
+		}
+		return nil
+	})
+	return n
+}
+
+// lockFile opens path and takes a flock on it (how: LOCK_EX or LOCK_SH,
+// optionally | LOCK_NB). Closing the file releases the lock.
+func lockFile(path string, how int) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), how); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("lock %s: %w", path, err)
+	}
+	return f, nil
+}
+
+func readMeta(dir string) (snapshotMeta, error) {
+	var m snapshotMeta
+	data, err := os.ReadFile(filepath.Join(dir, "meta.json"))
+	if err != nil {
+		return m, err
+	}
+	return m, json.Unmarshal(data, &m)
+}
+
+func writeGob(path string, v any) error {
+	var buf bytes.Buffer
+	if err := gob.NewEncoder(&buf).Encode(v); err != nil {
+		return fmt.Errorf("encode %s: %w", path, err)
+	}
+	return os.WriteFile(path, buf.Bytes(), 0o644)
+}
+
+// writeGobAtomic writes through a temporary file and a rename, so that
+// concurrent readers see the old value or the new one, never a mix.
+func writeGobAtomic(path string, v any) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if err := gob.NewEncoder(tmp).Encode(v); err != nil {
+		tmp.Close()
+		return fmt.Errorf("encode %s: %w", path, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}
+
+func readGob(path string, v any) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	if err := gob.NewDecoder(bytes.NewReader(data)).Decode(v); err != nil {
+		return errors.Join(fmt.Errorf("decode %s", path), err)
+	}
+	return nil
+}

@@ -1,0 +1,165 @@
+package repoindex
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/a2farm/a2farm/internal/gitrepo"
+	"github.com/a2farm/a2farm/internal/repogen"
+)
+
+// twoCommits makes a repository with two commits differing in one file.
+func twoCommits(t *testing.T) (repos *gitrepo.Set, first, second string) {
+	t.Helper()
+	reposDir := t.TempDir()
+	r, err := repogen.Init(filepath.Join(reposDir, "o__r"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]string{}
+	for k, v := range fixtureFiles {
+		files[k] = v
+	}
+	if first, err = r.Commit("", repogen.Change{Message: "one", Write: files}); err != nil {
+		t.Fatal(err)
+	}
+	if second, err = r.Commit(first, repogen.Change{Message: "two", Write: map[string]string{
+		"pkg/base.py": fixtureFiles["pkg/base.py"] + "\n\nclass Extra(Base):\n    pass\n"}}); err != nil {
+		t.Fatal(err)
+	}
+	repos = gitrepo.NewSet(reposDir)
+	t.Cleanup(func() { repos.Close() })
+	return repos, first, second
+}
+
+func countFiles(t *testing.T, dir string) int {
+	t.Helper()
+	n := 0
+	filepath.WalkDir(dir, func(_ string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			n++
+		}
+		return nil
+	})
+	return n
+}
+
+func TestCacheReusesSnapshotsAndBlobs(t *testing.T) {
+	repos, first, second := twoCommits(t)
+	dir := t.TempDir()
+	cache, err := OpenCache(dir, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	open := func(commit string) *Index {
+		t.Helper()
+		idx, err := Build(ctx, repos, "o/r", commit, BuildOptions{Cache: cache})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return idx
+	}
+	a := open(first)
+	if a.Cached {
+		t.Error("first build reported as cached")
+	}
+	nodes, edges, chunks := len(a.Graph.Nodes), len(a.Graph.Edges), len(a.Chunks.Chunks)
+	a.Close()
+	parsed := countFiles(t, filepath.Join(dir, "v1", "parse"))
+
+	b := open(first)
+	if !b.Cached {
+		t.Error("second open of the same snapshot rebuilt it")
+	}
+	if len(b.Graph.Nodes) != nodes || len(b.Graph.Edges) != edges || len(b.Chunks.Chunks) != chunks || len(b.Commits.Commits) != 1 {
+		t.Errorf("cached index differs: %d/%d nodes, %d/%d edges, %d/%d chunks", len(b.Graph.Nodes), nodes, len(b.Graph.Edges), edges, len(b.Chunks.Chunks), chunks)
+	}
+	if hits, err := b.Chunks.Search(b.Engine, "cleanup", 3); err != nil || len(hits) == 0 {
+		t.Errorf("search on the cached bleve index: %v, %v", hits, err)
+	}
+	b.Close()
+
+	c := open(second)
+	defer c.Close()
+	if c.Cached {
+		t.Error("a new commit was reported as cached")
+	}
+	if _, ok := c.Graph.Lookup("pkg/base.py:Extra"); !ok {
+		t.Error("the new commit's class is missing")
+	}
+	// Only the changed file was parsed again.
+	if n := countFiles(t, filepath.Join(dir, "v1", "parse")); n != parsed+1 {
+		t.Errorf("parse cache holds %d results, want %d (+1 changed blob)", n, parsed+1)
+	}
+}
+
+func TestCacheConcurrentBuildsShareOneEntry(t *testing.T) {
+	repos, first, _ := twoCommits(t)
+	cache, err := OpenCache(t.TempDir(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	results := make([]*Index, 4)
+	errs := make([]error, 4)
+	for i := range results {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i], errs[i] = Build(context.Background(), repos, "o/r", first, BuildOptions{Cache: cache})
+		}()
+	}
+	wg.Wait()
+	built := 0
+	for i, idx := range results {
+		if errs[i] != nil {
+			t.Fatal(errs[i])
+		}
+		if !idx.Cached {
+			built++
+		}
+		defer idx.Close()
+	}
+	if built != 1 {
+		t.Errorf("%d of 4 concurrent opens built the snapshot, want exactly 1", built)
+	}
+}
+
+func TestCacheEvictsLeastRecentlyUsed(t *testing.T) {
+	repos, first, second := twoCommits(t)
+	dir := t.TempDir()
+	cache, err := OpenCache(dir, 1) // any entry is over the bound
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	a, err := Build(ctx, repos, "o/r", first, BuildOptions{Cache: cache})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Close()
+	b, err := Build(ctx, repos, "o/r", second, BuildOptions{Cache: cache})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(cache.snapshotDir("o/r", first, DefaultEngine)); !os.IsNotExist(err) {
+		t.Errorf("the unused older snapshot was kept (stat err %v)", err)
+	}
+	// b is open: building another entry must not evict it.
+	c, err := Build(ctx, repos, "o/r", first, BuildOptions{Cache: cache})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := os.Stat(cache.snapshotDir("o/r", second, DefaultEngine)); err != nil {
+		t.Errorf("an open snapshot was evicted: %v", err)
+	}
+	if hits, err := b.Chunks.Search(b.Engine, "Extra Base", 3); err != nil || len(hits) == 0 {
+		t.Errorf("open index unusable after eviction pass: %v, %v", hits, err)
+	}
+	b.Close()
+}
