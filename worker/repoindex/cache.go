@@ -174,10 +174,8 @@ func (c *Cache) loadOrBuild(ctx context.Context, snap *gitrepo.Snapshot, repo st
 	if err := os.Rename(tmp, dir); err != nil {
 		return nil, fmt.Errorf("install cache entry: %w", err)
 	}
-	if opts.Engine == EngineBleve {
-		if err := idx.Chunks.openBleve(filepath.Join(dir, "chunks.bleve")); err != nil {
-			return nil, err
-		}
+	if err := idx.openChunkIndex(dir, false); err != nil {
+		return nil, err
 	}
 	return idx, nil
 }
@@ -186,23 +184,12 @@ func (c *Cache) loadOrBuild(ctx context.Context, snap *gitrepo.Snapshot, repo st
 // results from the blob cache, the graph (cheap), commits and chunks from
 // the entry, and the bleve index opened read-only.
 func (c *Cache) load(ctx context.Context, snap *gitrepo.Snapshot, repo string, opts BuildOptions, dir string) (*Index, error) {
-	idx := &Index{Repo: repo, Commit: snap.Commit(), Engine: opts.Engine, Cached: true}
+	idx, src, parsed, err := c.prepare(ctx, snap, repo, opts)
+	if err != nil {
+		return nil, err
+	}
+	idx.Cached = true
 	start := time.Now()
-	src, err := LoadSnapshot(ctx, repo, snap)
-	if err != nil {
-		return nil, err
-	}
-	idx.timed("read", start)
-	start = time.Now()
-	parsed, err := c.parseAll(ctx, src.Files)
-	if err != nil {
-		return nil, err
-	}
-	idx.timed("parse", start)
-	start = time.Now()
-	idx.Graph = BuildGraph(src.Files, parsed)
-	idx.timed("graph", start)
-	start = time.Now()
 	var commits []Commit
 	if err := readGob(filepath.Join(dir, "commits.gob"), &commits); err != nil {
 		return nil, err
@@ -214,12 +201,8 @@ func (c *Cache) load(ctx context.Context, snap *gitrepo.Snapshot, repo string, o
 	}
 	idx.timed("load", start)
 	idx.finish(opts, src.Files, parsed, chunks)
-	if opts.Engine == EngineBleve {
-		start = time.Now()
-		if err := idx.Chunks.openBleve(filepath.Join(dir, "chunks.bleve")); err != nil {
-			return nil, err
-		}
-		idx.timed("bleve", start)
+	if err := idx.openChunkIndex(dir, false); err != nil {
+		return nil, err
 	}
 	return idx, nil
 }

@@ -112,26 +112,11 @@ func Build(ctx context.Context, repos *gitrepo.Set, repo, commit string, opts Bu
 // cache, parse results and commit file lists are reused by blob and
 // commit id.
 func build(ctx context.Context, snap *gitrepo.Snapshot, repo string, opts BuildOptions, dir string, c *Cache) (*Index, error) {
-	idx := &Index{Repo: repo, Commit: snap.Commit(), Engine: opts.Engine}
-	start := time.Now()
-	src, err := LoadSnapshot(ctx, repo, snap)
-	if err != nil {
-		return nil, fmt.Errorf("load %s@%s: %w", repo, snap.Commit(), err)
-	}
-	idx.timed("read", start)
-
-	start = time.Now()
-	parsed, err := c.parseAll(ctx, src.Files)
+	idx, src, parsed, err := c.prepare(ctx, snap, repo, opts)
 	if err != nil {
 		return nil, err
 	}
-	idx.timed("parse", start)
-
-	start = time.Now()
-	idx.Graph = BuildGraph(src.Files, parsed)
-	idx.timed("graph", start)
-
-	start = time.Now()
+	start := time.Now()
 	known, save := c.commitFiles(repo)
 	if idx.Commits, err = BuildCommitIndex(ctx, snap.Repo(), idx.Commit, known); err != nil {
 		return nil, fmt.Errorf("commit index of %s@%s: %w", repo, idx.Commit, err)
@@ -142,14 +127,50 @@ func build(ctx context.Context, snap *gitrepo.Snapshot, repo string, opts BuildO
 	idx.timed("commits", start)
 
 	idx.finish(opts, src.Files, parsed, nil)
-	if opts.Engine == EngineBleve {
-		start = time.Now()
-		if err := idx.Chunks.BuildBleve(filepath.Join(dir, "chunks.bleve")); err != nil {
-			return nil, err
-		}
-		idx.timed("bleve", start)
+	if err := idx.openChunkIndex(dir, true); err != nil {
+		return nil, err
 	}
 	return idx, nil
+}
+
+// prepare reads the snapshot's sources, parses them (through the blob
+// cache when c is set) and builds the graph: the steps every index needs.
+func (c *Cache) prepare(ctx context.Context, snap *gitrepo.Snapshot, repo string, opts BuildOptions) (*Index, *Snapshot, []*pyparse.File, error) {
+	idx := &Index{Repo: repo, Commit: snap.Commit(), Engine: opts.Engine}
+	start := time.Now()
+	src, err := LoadSnapshot(ctx, repo, snap)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("load %s@%s: %w", repo, snap.Commit(), err)
+	}
+	idx.timed("read", start)
+	start = time.Now()
+	parsed, err := c.parseAll(ctx, src.Files)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	idx.timed("parse", start)
+	start = time.Now()
+	idx.Graph = BuildGraph(src.Files, parsed)
+	idx.timed("graph", start)
+	return idx, src, parsed, nil
+}
+
+// openChunkIndex attaches the bleve index at dir, building it when build
+// is set and opening it read-only otherwise; the textbook engine has no
+// on-disk part.
+func (idx *Index) openChunkIndex(dir string, build bool) error {
+	if idx.Engine != EngineBleve {
+		return nil
+	}
+	start := time.Now()
+	var err error
+	if build {
+		err = idx.Chunks.BuildBleve(filepath.Join(dir, "chunks.bleve"))
+	} else {
+		err = idx.Chunks.openBleve(filepath.Join(dir, "chunks.bleve"))
+	}
+	idx.timed("bleve", start)
+	return err
 }
 
 // finish builds the parts that are cheap to derive: summaries, node
