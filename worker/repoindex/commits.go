@@ -2,8 +2,10 @@ package repoindex
 
 import (
 	"context"
+	"fmt"
 	"regexp"
 	"strings"
+	"sync"
 
 	"github.com/a2farm/a2farm/internal/gitrepo"
 )
@@ -35,7 +37,18 @@ func (c *Commit) Short() string {
 type CommitIndex struct {
 	Commits []Commit
 	repo    *gitrepo.Repo
+
+	mu      sync.Mutex
+	patches map[string]patchExcerpt // memo: rollouts of one issue repeat queries
 }
+
+type patchExcerpt struct {
+	text  string
+	total int
+}
+
+// maxMemoPatches bounds the patch memo of one index.
+const maxMemoPatches = 512
 
 var issueRef = regexp.MustCompile(`#(\d+)`)
 
@@ -83,9 +96,22 @@ func (ci *CommitIndex) Patch(sha string, maxLines int) (text string, total int, 
 	if ci.repo == nil {
 		return "", 0, false
 	}
+	key := fmt.Sprintf("%s/%d", sha, maxLines)
+	ci.mu.Lock()
+	if p, ok := ci.patches[key]; ok {
+		ci.mu.Unlock()
+		return p.text, p.total, true
+	}
+	ci.mu.Unlock()
 	text, total, err := ci.repo.ShowPatch(sha, maxLines)
 	if err != nil {
 		return "", 0, false
 	}
+	ci.mu.Lock()
+	if ci.patches == nil || len(ci.patches) >= maxMemoPatches {
+		ci.patches = map[string]patchExcerpt{}
+	}
+	ci.patches[key] = patchExcerpt{text, total}
+	ci.mu.Unlock()
 	return text, total, true
 }
