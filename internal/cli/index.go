@@ -15,7 +15,7 @@ func newIndexCmd(e *env) *cobra.Command {
 		Use:   "index",
 		Short: "Build and inspect the per-snapshot indexes the agent's tools use",
 	}
-	cmd.AddCommand(newIndexGraphCmd(e), newIndexBuildCmd(e), newIndexSearchEvalCmd(e))
+	cmd.AddCommand(newIndexGraphCmd(e), newIndexBuildCmd(e), newIndexSearchEvalCmd(e), newIndexSummarizeCmd(e))
 	return cmd
 }
 

@@ -1,0 +1,261 @@
+// Package llm is a small client for OpenAI-compatible chat-completions
+// servers (vLLM, SGLang, OpenAI and others): requests with tools and
+// sampling parameters, retries with backoff on 429 and 5xx, timeouts, and
+// token usage. It knows nothing about agents; callers build the messages.
+package llm
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Config configures a Client.
+type Config struct {
+	// BaseURL is the server's API root, e.g. http://localhost:8000/v1.
+	BaseURL string
+	// APIKey is sent as a bearer token when set. Take it from the
+	// environment; it is never logged.
+	APIKey string
+	// Timeout bounds one HTTP attempt (default 120 s).
+	Timeout time.Duration
+	// MaxRetries is the number of retries after a 429, a 5xx or a network
+	// error (default 4); other errors are not retried.
+	MaxRetries int
+	// Backoff is the first retry delay, doubled each retry with jitter
+	// (default 500 ms); a Retry-After header wins.
+	Backoff time.Duration
+	// HTTPClient overrides the transport (tests).
+	HTTPClient *http.Client
+}
+
+func (c *Config) withDefaults() Config {
+	out := *c
+	if out.Timeout == 0 {
+		out.Timeout = 120 * time.Second
+	}
+	if out.MaxRetries == 0 {
+		out.MaxRetries = 4
+	}
+	if out.Backoff == 0 {
+		out.Backoff = 500 * time.Millisecond
+	}
+	if out.HTTPClient == nil {
+		out.HTTPClient = &http.Client{}
+	}
+	return out
+}
+
+// Client calls one server.
+type Client struct {
+	cfg Config
+	url string
+}
+
+// New validates cfg and returns a client.
+func New(cfg Config) (*Client, error) {
+	if cfg.BaseURL == "" {
+		return nil, errors.New("llm: a base URL is required")
+	}
+	if !strings.HasPrefix(cfg.BaseURL, "http://") && !strings.HasPrefix(cfg.BaseURL, "https://") {
+		return nil, fmt.Errorf("llm: base URL %q must start with http:// or https://", cfg.BaseURL)
+	}
+	if cfg.MaxRetries < 0 || cfg.Timeout < 0 || cfg.Backoff < 0 {
+		return nil, errors.New("llm: retries, timeout and backoff must not be negative")
+	}
+	c := cfg.withDefaults()
+	return &Client{cfg: c, url: strings.TrimRight(c.BaseURL, "/") + "/chat/completions"}, nil
+}
+
+// Message is one chat message.
+type Message struct {
+	Role       string     `json:"role"`
+	Content    string     `json:"content"`
+	ToolCalls  []ToolCall `json:"tool_calls,omitempty"`
+	ToolCallID string     `json:"tool_call_id,omitempty"`
+	Name       string     `json:"name,omitempty"`
+}
+
+// ToolCall is a function call requested by the model.
+type ToolCall struct {
+	ID       string       `json:"id"`
+	Type     string       `json:"type"`
+	Function FunctionCall `json:"function"`
+}
+
+// FunctionCall names the function and carries its arguments as JSON text.
+type FunctionCall struct {
+	Name      string `json:"name"`
+	Arguments string `json:"arguments"`
+}
+
+// Request is a chat-completions request. Extra holds server-specific
+// fields sent at the top level (vLLM: top_k, repetition_penalty, seed...).
+type Request struct {
+	Model       string          `json:"model"`
+	Messages    []Message       `json:"messages"`
+	Tools       json.RawMessage `json:"tools,omitempty"`
+	Temperature *float64        `json:"temperature,omitempty"`
+	TopP        *float64        `json:"top_p,omitempty"`
+	MaxTokens   int             `json:"max_tokens,omitempty"`
+	Stop        []string        `json:"stop,omitempty"`
+	Seed        *int64          `json:"seed,omitempty"`
+	Extra       map[string]any  `json:"-"`
+}
+
+// MarshalJSON merges Extra into the request object.
+func (r Request) MarshalJSON() ([]byte, error) {
+	type plain Request
+	base, err := json.Marshal(plain(r))
+	if err != nil || len(r.Extra) == 0 {
+		return base, err
+	}
+	var m map[string]any
+	if err := json.Unmarshal(base, &m); err != nil {
+		return nil, err
+	}
+	for k, v := range r.Extra {
+		if _, exists := m[k]; !exists {
+			m[k] = v
+		}
+	}
+	return json.Marshal(m)
+}
+
+// Usage is the server's token accounting.
+type Usage struct {
+	PromptTokens     int64 `json:"prompt_tokens"`
+	CompletionTokens int64 `json:"completion_tokens"`
+	TotalTokens      int64 `json:"total_tokens"`
+}
+
+// Choice is one completion.
+type Choice struct {
+	Index        int     `json:"index"`
+	Message      Message `json:"message"`
+	FinishReason string  `json:"finish_reason"`
+	// Logprobs is kept raw: servers differ in what they return.
+	Logprobs json.RawMessage `json:"logprobs,omitempty"`
+}
+
+// Response is a chat-completions response.
+type Response struct {
+	ID      string   `json:"id"`
+	Model   string   `json:"model"`
+	Choices []Choice `json:"choices"`
+	Usage   Usage    `json:"usage"`
+}
+
+// StatusError is a non-2xx answer from the server.
+type StatusError struct {
+	Code int
+	Body string
+}
+
+func (e *StatusError) Error() string {
+	return fmt.Sprintf("llm: server answered %d: %s", e.Code, e.Body)
+}
+
+// Retryable reports whether the status is worth retrying.
+func (e *StatusError) Retryable() bool { return e.Code == http.StatusTooManyRequests || e.Code >= 500 }
+
+// ContextOverflow reports whether the server rejected the request for
+// exceeding the model's context (vLLM and OpenAI answer 400 with a message
+// about the maximum context length).
+func (e *StatusError) ContextOverflow() bool {
+	b := strings.ToLower(e.Body)
+	return e.Code == http.StatusBadRequest && (strings.Contains(b, "context length") || strings.Contains(b, "context_length") ||
+		strings.Contains(b, "maximum context") || strings.Contains(b, "too many tokens"))
+}
+
+// Chat sends the request, retrying transient failures.
+func (c *Client) Chat(ctx context.Context, req Request) (*Response, error) {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return nil, fmt.Errorf("llm: encode request: %w", err)
+	}
+	delay := c.cfg.Backoff
+	for attempt := 0; ; attempt++ {
+		resp, retryAfter, err := c.once(ctx, body)
+		if err == nil {
+			return resp, nil
+		}
+		var se *StatusError
+		retryable := errors.As(err, &se) && se.Retryable() || isNetworkError(err)
+		if !retryable || attempt >= c.cfg.MaxRetries || ctx.Err() != nil {
+			return nil, err
+		}
+		wait := delay + time.Duration(rand.Int64N(int64(delay)/2+1))
+		if retryAfter > 0 {
+			wait = retryAfter
+		}
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		delay *= 2
+	}
+}
+
+func (c *Client) once(ctx context.Context, body []byte) (*Response, time.Duration, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+	defer cancel()
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url, bytes.NewReader(body))
+	if err != nil {
+		return nil, 0, err
+	}
+	hreq.Header.Set("Content-Type", "application/json")
+	if c.cfg.APIKey != "" {
+		hreq.Header.Set("Authorization", "Bearer "+c.cfg.APIKey)
+	}
+	hresp, err := c.cfg.HTTPClient.Do(hreq)
+	if err != nil {
+		return nil, 0, &networkError{err}
+	}
+	defer hresp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(hresp.Body, 64<<20))
+	if err != nil {
+		return nil, 0, &networkError{err}
+	}
+	if hresp.StatusCode/100 != 2 {
+		var retryAfter time.Duration
+		if s, err := strconv.Atoi(hresp.Header.Get("Retry-After")); err == nil && s >= 0 {
+			retryAfter = time.Duration(s) * time.Second
+		}
+		return nil, retryAfter, &StatusError{Code: hresp.StatusCode, Body: truncate(string(data), 500)}
+	}
+	var resp Response
+	if err := json.Unmarshal(data, &resp); err != nil {
+		return nil, 0, fmt.Errorf("llm: decode response: %w (body %q)", err, truncate(string(data), 200))
+	}
+	if len(resp.Choices) == 0 {
+		return nil, 0, fmt.Errorf("llm: response has no choices")
+	}
+	return &resp, 0, nil
+}
+
+type networkError struct{ err error }
+
+func (e *networkError) Error() string { return "llm: " + e.err.Error() }
+func (e *networkError) Unwrap() error { return e.err }
+
+func isNetworkError(err error) bool {
+	var ne *networkError
+	return errors.As(err, &ne)
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}
