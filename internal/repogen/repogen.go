@@ -39,13 +39,18 @@ func Init(dir string) (*Repo, error) {
 	return &Repo{repo: repo, files: map[string]map[string]string{}}, nil
 }
 
-// Change describes one commit: files to write (path -> content) and paths
-// to delete.
+// Change describes one commit: files to write (path -> content), paths
+// to delete, and symbolic links to create (path -> target).
 type Change struct {
-	Message string
-	Write   map[string]string
-	Delete  []string
+	Message  string
+	Write    map[string]string
+	Delete   []string
+	Symlinks map[string]string
 }
+
+// symlinkPrefix marks a symlink in the builder's file map (no real file
+// content starts with a NUL byte).
+const symlinkPrefix = "\x00symlink:"
 
 // Commit creates a commit whose parent is parent ("" for a root commit)
 // and returns its id. Branch names are not touched; see SetBranch.
@@ -71,6 +76,9 @@ func (r *Repo) Commit(parent string, ch Change) (string, error) {
 			return "", fmt.Errorf("bad path %q", p)
 		}
 		files[p] = content
+	}
+	for p, target := range ch.Symlinks {
+		files[p] = symlinkPrefix + target
 	}
 	tree, err := r.writeTree(files, "")
 	if err != nil {
@@ -144,6 +152,10 @@ func (r *Repo) writeTree(files map[string]string, dir string) (plumbing.Hash, er
 			subdirs[rest[:i]] = true
 			continue
 		}
+		mode := filemode.Regular
+		if target, ok := strings.CutPrefix(content, symlinkPrefix); ok {
+			mode, content = filemode.Symlink, target // a link's blob is its target
+		}
 		blob := r.repo.Storer.NewEncodedObject()
 		blob.SetType(plumbing.BlobObject)
 		w, err := blob.Writer()
@@ -160,7 +172,7 @@ func (r *Repo) writeTree(files map[string]string, dir string) (plumbing.Hash, er
 		if err != nil {
 			return plumbing.ZeroHash, fmt.Errorf("write blob %s: %w", p, err)
 		}
-		entries = append(entries, object.TreeEntry{Name: rest, Mode: filemode.Regular, Hash: h})
+		entries = append(entries, object.TreeEntry{Name: rest, Mode: mode, Hash: h})
 	}
 	for name := range subdirs {
 		h, err := r.writeTree(files, path.Join(dir, name))

@@ -279,3 +279,39 @@ func TestNodeAndEdgeTypeNames(t *testing.T) {
 		t.Error("unknown node type has no fallback name")
 	}
 }
+
+// TestSnapshotSkipsLinksAndUndecodableFiles: a symlink (which could point
+// outside the repository) and a file that is not UTF-8 are left out.
+func TestSnapshotSkipsLinksAndUndecodableFiles(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "o__r")
+	r, err := repogen.Init(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	commit, err := r.Commit("", repogen.Change{Message: "m",
+		Write:    map[string]string{"pkg/ok.py": "x = 1\n", "pkg/latin1.py": "s = '\xe9t\xe9'\n"},
+		Symlinks: map[string]string{"pkg/link.py": "../../../etc/passwd"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	repo, err := gitrepo.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer repo.Close()
+	snap, err := repo.At(commit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := LoadSnapshot(context.Background(), "o/r", snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var paths []string
+	for _, f := range src.Files {
+		paths = append(paths, f.Path)
+	}
+	if !slices.Equal(paths, []string{"pkg/ok.py"}) || !slices.Equal(src.Skipped, []string{"pkg/latin1.py"}) {
+		t.Errorf("files %q, skipped %q; want only pkg/ok.py, with pkg/latin1.py skipped", paths, src.Skipped)
+	}
+}

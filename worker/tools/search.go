@@ -184,7 +184,11 @@ func (s *Set) searchCode(q searchQuery) Result {
 			out.WriteString(body + "\n\n")
 		}
 	}
-	return Result{Observation: Cut(strings.TrimSpace(out.String()), ToolCap, toolCutSuffix), Surfaced: sf.loc}
+	obs := strings.TrimSpace(out.String())
+	if obs == "" {
+		obs = "No locations found: every search term was empty."
+	}
+	return Result{Observation: Cut(obs, ToolCap, toolCutSuffix), Surfaced: sf.loc}
 }
 
 // matchFiles returns the non-test files the pattern selects: a glob (with

@@ -158,7 +158,7 @@ func (s *Set) Call(ctx context.Context, name string, args json.RawMessage) Resul
 	if len(bytes.TrimSpace(args)) == 0 {
 		args = json.RawMessage("{}")
 	}
-	res, err := t.call(ctx, s, args)
+	res, err := s.safeCall(ctx, t, args)
 	if err != nil {
 		var ae *argError
 		if errors.As(err, &ae) {
@@ -169,6 +169,17 @@ func (s *Set) Call(ctx context.Context, name string, args json.RawMessage) Resul
 	res.Observation = Cut(res.Observation, GlobalCap, "\n\n... (truncated)")
 	res.Surfaced = visible(res.Surfaced, res.Observation)
 	return res
+}
+
+// safeCall runs a tool, turning a panic (a bug) into an error so that one
+// bad call cannot take a worker's other episodes down with it.
+func (s *Set) safeCall(ctx context.Context, t *Tool, args json.RawMessage) (res Result, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			res, err = Result{}, fmt.Errorf("internal error: %v", p)
+		}
+	}()
+	return t.call(ctx, s, args)
 }
 
 // argError is a problem with the model's arguments.

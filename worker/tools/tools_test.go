@@ -81,6 +81,9 @@ func TestObservationsGolden(t *testing.T) {
 		{SearchCodeSnippets, `{"search_terms": ["json dump flush"], "file_path_or_pattern": "[[[[[[[[[[[[[[[["}`},
 		{SearchCodeSnippets, `{"search_terms": ["zzzqqq"]}`},
 		{SearchCodeSnippets, `{}`},
+		{SearchCodeSnippets, `{"line_nums": [-5, 0, 999999], "file_path_or_pattern": "inventory/models.py"}`},
+		{SearchCodeSnippets, `{"search_terms": ["", "  ", "...", "ünïcödé ☃"], "line_nums": [1]}`},
+		{SearchCodeSnippets, `{"search_terms": [null]}`},
 		{SearchCommit, `{"query": "text utilities"}`},
 		{SearchCommit, `{"query": "Add", "top_k": 1}`},
 		{SearchCommit, `{"query": "nothing matches this"}`},
@@ -122,6 +125,24 @@ func TestCommitLeakFilter(t *testing.T) {
 		res := s.Call(context.Background(), SearchCommit, json.RawMessage(`{"query": "storage backends"}`))
 		if got := strings.Contains(res.Observation, "Add storage backends"); got != tt.visible {
 			t.Errorf("problem %q: commit visible = %v, want %v\n%s", tt.problem, got, tt.visible, res.Observation)
+		}
+	}
+}
+
+// TestOddArgumentsNeverPanic feeds every tool malformed, extreme and
+// mistyped arguments; each must come back as an observation.
+func TestOddArgumentsNeverPanic(t *testing.T) {
+	s := newSampleSet(t)
+	odd := []string{`null`, `[]`, `"x"`, `{"a":`, `{}`, `{"search_terms": [1, 2]}`, `{"line_nums": ["x"]}`,
+		`{"start_entities": [""], "traversal_depth": 99999999}`, `{"entity_names": [null]}`,
+		`{"query": "", "top_k": 50}`, `{"file_path": "../../../../etc/passwd"}`, `{"start_entities": ["/"], "direction": null}`,
+		`{"search_terms": ["a"], "file_path_or_pattern": "[!]]**?*[a-"}`, `{"answer": 5}`}
+	for _, name := range AllNames() {
+		for _, args := range odd {
+			res := s.Call(context.Background(), name, json.RawMessage(args))
+			if strings.Contains(res.Observation, "internal error") {
+				t.Errorf("%s %s: %s", name, args, res.Observation)
+			}
 		}
 	}
 }
