@@ -100,3 +100,38 @@ func countLines(t *testing.T, path string) int {
 	}
 	return n
 }
+
+// TestIndexAndToolCommands drives index graph, index build (twice, through
+// a cache) and tool on the sample.
+func TestIndexAndToolCommands(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "sample")
+	if code, _, errOut := run(t, "sample", "--out", dir); code != 0 {
+		t.Fatalf("sample: %s", errOut)
+	}
+	snapshot := []string{"--repos", filepath.Join(dir, "repos"), "--repo", "acme/inventory", "--commit", "main"}
+
+	code, out, errOut := run(t, append([]string{"index", "graph"}, snapshot...)...)
+	if code != 0 || !strings.Contains(out, `{"src":"inventory/models.py:Warehouse.remove_item","dst":"inventory/errors.py:OutOfStock","type":"invokes"}`) {
+		t.Errorf("index graph: exit %d, %s\n%.500s", code, errOut, out)
+	}
+
+	cache := filepath.Join(t.TempDir(), "cache")
+	for i, want := range []string{"(built)", "(loaded from cache)"} {
+		code, out, errOut = run(t, append([]string{"index", "build", "--cache", cache}, snapshot...)...)
+		if code != 0 || !strings.Contains(out, want) || !strings.Contains(out, "52 nodes, 93 edges") {
+			t.Errorf("index build #%d: exit %d, %s\n%s", i+1, code, errOut, out)
+		}
+	}
+
+	code, out, errOut = run(t, append([]string{"tool", "--cache", cache, "--name", "search_commit", "--args", `{"query": "storage backends"}`}, snapshot...)...)
+	if code != 0 || !strings.Contains(out, "] Add storage backends") || !strings.Contains(out, "Changes:") ||
+		!strings.Contains(out, "files:    inventory/storage/__init__.py, inventory/storage/backends.py") {
+		t.Errorf("tool search_commit: exit %d, %s\n%s", code, errOut, out)
+	}
+	for _, bad := range [][]string{{"--name", "nope"}, {"--name", "finish", "--args", "{oops"}, {"--name", "finish", "--search-engine", "lucene"}} {
+		code, _, errOut = run(t, append(append([]string{"tool"}, bad...), snapshot...)...)
+		if code == 0 {
+			t.Errorf("tool %v succeeded: %s", bad, errOut)
+		}
+	}
+}

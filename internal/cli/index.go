@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"time"
 
@@ -27,21 +28,12 @@ func newIndexBuildCmd(e *env) *cobra.Command {
 		Short: "Build every index of a snapshot and report what was built and how long each part took",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := sf.validate(); err != nil {
-				return err
-			}
-			repos := gitrepo.NewSet(sf.repos)
-			defer repos.Close()
 			start := time.Now()
-			opts, err := cf.options()
+			idx, release, err := buildIndex(cmd.Context(), sf, cf)
 			if err != nil {
 				return err
 			}
-			idx, err := repoindex.Build(cmd.Context(), repos, sf.repo, sf.commit, opts)
-			if err != nil {
-				return err
-			}
-			defer idx.Close()
+			defer release()
 			how := "built"
 			if idx.Cached {
 				how = "loaded from cache"
@@ -73,6 +65,41 @@ func (f *snapshotFlags) bind(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.commit, "commit", "", "commit id (full or abbreviated)")
 }
 
+// open validates the flags and opens the snapshot; the caller closes the
+// repository set.
+func (f *snapshotFlags) open() (*gitrepo.Set, *gitrepo.Snapshot, error) {
+	if err := f.validate(); err != nil {
+		return nil, nil, err
+	}
+	repos := gitrepo.NewSet(f.repos)
+	snap, err := repos.At(f.repo, f.commit)
+	if err != nil {
+		repos.Close()
+		return nil, nil, err
+	}
+	return repos, snap, nil
+}
+
+// buildIndex builds (or loads from the cache) the indexes of the snapshot
+// the flags name. release closes the index and then its repository, which
+// the commit tools read while the index is in use.
+func buildIndex(ctx context.Context, sf snapshotFlags, cf cacheFlags) (idx *repoindex.Index, release func(), err error) {
+	if err := sf.validate(); err != nil {
+		return nil, nil, err
+	}
+	opts, err := cf.options()
+	if err != nil {
+		return nil, nil, err
+	}
+	repos := gitrepo.NewSet(sf.repos)
+	idx, err = repoindex.Build(ctx, repos, sf.repo, sf.commit, opts)
+	if err != nil {
+		repos.Close()
+		return nil, nil, err
+	}
+	return idx, func() { idx.Close(); repos.Close() }, nil
+}
+
 func (f *snapshotFlags) validate() error {
 	switch {
 	case f.repos == "":
@@ -96,15 +123,11 @@ builder) and prints one {"node","type","start_line","end_line"} line per node, t
 one {"src","dst","type"} line per edge. Parallel edges are kept.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := sf.validate(); err != nil {
-				return err
-			}
-			repos := gitrepo.NewSet(sf.repos)
-			defer repos.Close()
-			snap, err := repos.At(sf.repo, sf.commit)
+			repos, snap, err := sf.open()
 			if err != nil {
 				return err
 			}
+			defer repos.Close()
 			start := time.Now()
 			src, err := repoindex.LoadSnapshot(cmd.Context(), sf.repo, snap)
 			if err != nil {

@@ -6,7 +6,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/a2farm/a2farm/internal/gitrepo"
 	"github.com/a2farm/a2farm/internal/llm"
 	"github.com/a2farm/a2farm/internal/progress"
 	"github.com/a2farm/a2farm/worker/repoindex"
@@ -27,9 +26,6 @@ an interrupted run resumes where it stopped and files whose content is unchanged
 the environment variable named by --api-key-env.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := sf.validate(); err != nil {
-				return err
-			}
 			if out == "" || baseURL == "" || model == "" {
 				return usagef("--out, --base-url and --model are required")
 			}
@@ -40,12 +36,11 @@ the environment variable named by --api-key-env.`,
 			if err != nil {
 				return &usageError{err}
 			}
-			repos := gitrepo.NewSet(sf.repos)
-			defer repos.Close()
-			snap, err := repos.At(sf.repo, sf.commit)
+			repos, snap, err := sf.open()
 			if err != nil {
 				return err
 			}
+			defer repos.Close()
 			src, err := repoindex.LoadSnapshot(cmd.Context(), sf.repo, snap)
 			if err != nil {
 				return err

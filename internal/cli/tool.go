@@ -3,12 +3,11 @@ package cli
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
 
-	"github.com/a2farm/a2farm/internal/gitrepo"
-	"github.com/a2farm/a2farm/worker/repoindex"
 	"github.com/a2farm/a2farm/worker/tools"
 )
 
@@ -28,26 +27,17 @@ Tools: ` + strings.Join(tools.AllNames(), ", ") + `.`,
     --name get_entity_contents --args '{"entity_names": ["requests/models.py:PreparedRequest.prepare_body"]}'`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := sf.validate(); err != nil {
-				return err
-			}
-			if name == "" {
-				return usagef("--name is required (one of %s)", strings.Join(tools.AllNames(), ", "))
+			if !slices.Contains(tools.AllNames(), name) {
+				return usagef("--name %q: want one of %s", name, strings.Join(tools.AllNames(), ", "))
 			}
 			if !json.Valid([]byte(args)) {
 				return usagef("--args is not valid JSON: %s", args)
 			}
-			repos := gitrepo.NewSet(sf.repos)
-			defer repos.Close()
-			opts, err := cf.options()
+			idx, release, err := buildIndex(cmd.Context(), sf, cf)
 			if err != nil {
 				return err
 			}
-			idx, err := repoindex.Build(cmd.Context(), repos, sf.repo, sf.commit, opts)
-			if err != nil {
-				return err
-			}
-			defer idx.Close()
+			defer release()
 			set, err := tools.New(idx, tools.Options{ProblemStatement: problem})
 			if err != nil {
 				return err

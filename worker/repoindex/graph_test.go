@@ -27,6 +27,17 @@ func buildFixture(t testing.TB, files map[string]string) *Graph {
 	if err != nil {
 		t.Fatal(err)
 	}
+	src := loadSnapshot(t, dir, commit)
+	parsed, err := ParseAll(context.Background(), src.Files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return BuildGraph(src.Files, parsed)
+}
+
+// loadSnapshot reads the sources of a commit of the repository at dir.
+func loadSnapshot(t testing.TB, dir, commit string) *Snapshot {
+	t.Helper()
 	repo, err := gitrepo.Open(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -40,11 +51,7 @@ func buildFixture(t testing.TB, files map[string]string) *Graph {
 	if err != nil {
 		t.Fatal(err)
 	}
-	parsed, err := ParseAll(context.Background(), src.Files)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return BuildGraph(src.Files, parsed)
+	return src
 }
 
 // edges lists "src -type-> dst" for every edge of the given type leaving
@@ -294,19 +301,7 @@ func TestSnapshotSkipsLinksAndUndecodableFiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	repo, err := gitrepo.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer repo.Close()
-	snap, err := repo.At(commit)
-	if err != nil {
-		t.Fatal(err)
-	}
-	src, err := LoadSnapshot(context.Background(), "o/r", snap)
-	if err != nil {
-		t.Fatal(err)
-	}
+	src := loadSnapshot(t, dir, commit)
 	var paths []string
 	for _, f := range src.Files {
 		paths = append(paths, f.Path)

@@ -29,26 +29,36 @@ usually change together.`,
 			`"top_k":{"type":"integer","default":5,"description":"How many commits to return."}` +
 			`},"required":["query"]}`),
 		call: func(_ context.Context, s *Set, args json.RawMessage) (Result, error) {
-			var a struct {
-				Query *string `json:"query"`
-				TopK  *int    `json:"top_k"`
-			}
-			if err := decode(args, &a); err != nil {
+			query, k, err := decodeQuery(args, commitTopK)
+			if err != nil {
 				return Result{}, err
 			}
-			if a.Query == nil {
-				return Result{}, badArgs("`query` is required.")
-			}
-			k := commitTopK
-			if a.TopK != nil {
-				k = *a.TopK
-			}
-			if k < 1 || k > maxTopK {
-				return Result{}, badArgs("`top_k` must be between 1 and %d; got %d.", maxTopK, k)
-			}
-			return s.searchCommits(*a.Query, k), nil
+			return s.searchCommits(query, k), nil
 		},
 	}
+}
+
+// decodeQuery reads the {query, top_k} arguments shared by search_commit
+// and search_summary.
+func decodeQuery(args json.RawMessage, defaultK int) (string, int, error) {
+	var a struct {
+		Query *string `json:"query"`
+		TopK  *int    `json:"top_k"`
+	}
+	if err := decode(args, &a); err != nil {
+		return "", 0, err
+	}
+	if a.Query == nil {
+		return "", 0, badArgs("`query` is required.")
+	}
+	k := defaultK
+	if a.TopK != nil {
+		k = *a.TopK
+	}
+	if k < 1 || k > maxTopK {
+		return "", 0, badArgs("`top_k` must be between 1 and %d; got %d.", maxTopK, k)
+	}
+	return *a.Query, k, nil
 }
 
 // keywordScore is the reference's commit and summary ranking (called BM25

@@ -42,24 +42,11 @@ func searchSummaryTool() *Tool {
 			`"top_k":{"type":"integer","default":10,"description":"How many files to return."}` +
 			`},"required":["query"]}`),
 		call: func(_ context.Context, s *Set, args json.RawMessage) (Result, error) {
-			var a struct {
-				Query *string `json:"query"`
-				TopK  *int    `json:"top_k"`
-			}
-			if err := decode(args, &a); err != nil {
+			query, k, err := decodeQuery(args, summaryTopK)
+			if err != nil {
 				return Result{}, err
 			}
-			if a.Query == nil {
-				return Result{}, badArgs("`query` is required.")
-			}
-			k := summaryTopK
-			if a.TopK != nil {
-				k = *a.TopK
-			}
-			if k < 1 || k > maxTopK {
-				return Result{}, badArgs("`top_k` must be between 1 and %d; got %d.", maxTopK, k)
-			}
-			return s.searchSummary(*a.Query, k), nil
+			return s.searchSummary(query, k), nil
 		},
 	}
 }
