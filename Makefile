@@ -17,10 +17,13 @@ build: ## build bin/a2farm
 	$(GO) build -o $(BIN) ./cmd/a2farm
 
 .PHONY: run
-run: build ## the embedded demo: build the sample repository and dataset, extract and print gold
+run: build ## the embedded demo: sample repository and dataset, gold, indexes and one tool call
 	rm -rf $(RUN_DIR)/sample
 	$(BIN) sample --out $(RUN_DIR)/sample
 	$(BIN) gold --dataset $(RUN_DIR)/sample/dataset.jsonl --repos $(RUN_DIR)/sample/repos --out $(RUN_DIR)/sample/gt_location.jsonl
+	$(BIN) index build --repos $(RUN_DIR)/sample/repos --repo acme/inventory --commit main --cache $(RUN_DIR)/cache
+	$(BIN) tool --repos $(RUN_DIR)/sample/repos --repo acme/inventory --commit main --cache $(RUN_DIR)/cache \
+	  --name explore_tree_structure --args '{"start_entities": ["inventory/models.py:Warehouse"], "direction": "both"}'
 
 .PHONY: test
 test: ## run the whole test suite (what CI runs)
