@@ -203,21 +203,13 @@ func CompareGold(rows []gold.Result, refPath string) (compared []string, diffs [
 		return nil, nil, err
 	}
 	defer f.Close()
-	ref := map[string]schema.Gold{}
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 0, 1<<20), 256<<20)
-	for line := 1; sc.Scan(); line++ {
-		var g schema.Gold
-		if len(sc.Bytes()) == 0 {
-			continue
-		}
-		if err := json.Unmarshal(sc.Bytes(), &g); err != nil {
-			return nil, nil, fmt.Errorf("%s line %d: %w", refPath, line, err)
-		}
-		ref[g.InstanceID] = g
+	refRows, err := schema.ReadGold(f)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", refPath, err)
 	}
-	if err := sc.Err(); err != nil {
-		return nil, nil, err
+	ref := make(map[string]schema.Gold, len(refRows))
+	for _, g := range refRows {
+		ref[g.InstanceID] = g
 	}
 	for _, r := range rows {
 		want, ok := ref[r.Gold.InstanceID]

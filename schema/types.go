@@ -226,3 +226,14 @@ type ShardRow struct {
 	InputIDs    []int32   `json:"input_ids,omitempty" arrow:"input_ids"`
 	LossWeights []float32 `json:"loss_weights,omitempty" arrow:"loss_weights"`
 }
+
+// LocOutput is one row of loc_outputs.jsonl: the parsed answer of one
+// sample of one instance.
+type LocOutput struct {
+	InstanceID string   `json:"instance_id"`
+	Sample     int64    `json:"sample"`
+	Files      []string `json:"found_files"`
+	Modules    []string `json:"found_modules"`
+	Entities   []string `json:"found_entities"`
+	RawOutput  string   `json:"raw_output"`
+}

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -133,5 +134,34 @@ func TestIndexAndToolCommands(t *testing.T) {
 		if code == 0 {
 			t.Errorf("tool %v succeeded: %s", bad, errOut)
 		}
+	}
+}
+
+func TestEvalCommand(t *testing.T) {
+	dir := t.TempDir()
+	gold := filepath.Join(dir, "gt.jsonl")
+	preds := filepath.Join(dir, "preds.jsonl")
+	os.WriteFile(gold, []byte(`{"instance_id":"o__r-1","repo":"o/r","file_changes":[{"file":"a.py","changes":{"edited_entities":["a.py:C.m"],"edited_modules":["a.py:C"]}}]}`+"\n"), 0o644)
+	os.WriteFile(preds, []byte(`{"instance_id":"o__r-1","sample":0,"found_files":["a.py"],"found_modules":["a.py:C"],"found_entities":["a.py:C.m"],"raw_output":""}`+"\n"), 0o644)
+	out := filepath.Join(dir, "eval.json")
+	code, stdout, stderr := run(t, "eval", "--predictions", preds, "--gold", gold, "--json", out)
+	if code != 0 || !strings.Contains(stdout, "recall@k") {
+		t.Fatalf("eval: exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	data, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var flat map[string]float64
+	if err := json.Unmarshal(data, &flat); err != nil {
+		t.Fatal(err)
+	}
+	for key, want := range map[string]float64{"file.recall@k": 1, "file.precision@k": 0.2, "function.f1": 1, "module.acc@1": 1, "instances": 1, "samples": 1} {
+		if flat[key] != want {
+			t.Errorf("%s = %v, want %v", key, flat[key], want)
+		}
+	}
+	if code, _, _ := run(t, "eval", "--predictions", preds); code != exitUsage {
+		t.Errorf("missing --gold: exit %d", code)
 	}
 }

@@ -88,6 +88,7 @@ their trajectories into weighted training shards (the A²Agent method).`,
 	root.PersistentFlags().StringVar(&e.logFormat, "log-format", envOr("A2FARM_LOG_FORMAT", "console"), "log format: console or json (env A2FARM_LOG_FORMAT)")
 	root.AddCommand(
 		newGoldCmd(e),
+		newEvalCmd(e),
 		newIndexCmd(e),
 		newToolCmd(e),
 		newSampleCmd(e),

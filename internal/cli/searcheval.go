@@ -1,8 +1,6 @@
 package cli
 
 import (
-	"bufio"
-	"encoding/json"
 	"fmt"
 	"os"
 	"text/tabwriter"
@@ -115,23 +113,13 @@ same tokens. Gold comes from --gold, or from file_changes in the dataset rows.`,
 
 // readGoldFiles maps instance ids to their gold files.
 func readGoldFiles(path string) (map[string][]string, error) {
-	f, err := os.Open(path)
+	golds, err := readFile(path, schema.ReadGold)
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
-	out := map[string][]string{}
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 0, 1<<20), 256<<20)
-	for line := 1; sc.Scan(); line++ {
-		if len(sc.Bytes()) == 0 {
-			continue
-		}
-		var g schema.Gold
-		if err := json.Unmarshal(sc.Bytes(), &g); err != nil {
-			return nil, fmt.Errorf("%s line %d: %w", path, line, err)
-		}
+	out := make(map[string][]string, len(golds))
+	for _, g := range golds {
 		out[g.InstanceID] = g.Locations().Files
 	}
-	return out, sc.Err()
+	return out, nil
 }

@@ -1,0 +1,102 @@
+package schema
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+)
+
+// scanJSONL calls fn with each non-empty line of r and its 1-based number.
+func scanJSONL(r io.Reader, fn func(line int, data []byte) error) error {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 1<<20), 256<<20)
+	for line := 1; sc.Scan(); line++ {
+		if len(sc.Bytes()) == 0 {
+			continue
+		}
+		if err := fn(line, sc.Bytes()); err != nil {
+			return fmt.Errorf("line %d: %w", line, err)
+		}
+	}
+	return sc.Err()
+}
+
+// ReadGold reads gt_location.jsonl rows.
+func ReadGold(r io.Reader) ([]Gold, error) {
+	var out []Gold
+	err := scanJSONL(r, func(_ int, data []byte) error {
+		var g Gold
+		if err := json.Unmarshal(data, &g); err != nil {
+			return err
+		}
+		if g.InstanceID == "" {
+			return fmt.Errorf("missing instance_id")
+		}
+		out = append(out, g)
+		return nil
+	})
+	return out, err
+}
+
+// ReadLocOutputs reads loc_outputs.jsonl. Besides a2farm's one row per
+// (instance, sample), it accepts the reference's layout, where each
+// found_* field is a list of per-sample lists and the sample index is the
+// position in it.
+func ReadLocOutputs(r io.Reader) ([]LocOutput, error) {
+	var out []LocOutput
+	err := scanJSONL(r, func(_ int, data []byte) error {
+		var row struct {
+			InstanceID string          `json:"instance_id"`
+			Sample     *int64          `json:"sample"`
+			Files      json.RawMessage `json:"found_files"`
+			Modules    json.RawMessage `json:"found_modules"`
+			Entities   json.RawMessage `json:"found_entities"`
+			RawOutput  json.RawMessage `json:"raw_output"`
+		}
+		if err := json.Unmarshal(data, &row); err != nil {
+			return err
+		}
+		if row.InstanceID == "" {
+			return fmt.Errorf("missing instance_id")
+		}
+		var flat struct{ files, modules, entities []string }
+		var nested struct{ files, modules, entities [][]string }
+		if json.Unmarshal(row.Files, &flat.files) == nil && json.Unmarshal(row.Modules, &flat.modules) == nil &&
+			json.Unmarshal(row.Entities, &flat.entities) == nil {
+			lo := LocOutput{InstanceID: row.InstanceID, Files: flat.files, Modules: flat.modules, Entities: flat.entities}
+			if row.Sample != nil {
+				lo.Sample = *row.Sample
+			}
+			var raw string
+			_ = json.Unmarshal(row.RawOutput, &raw)
+			lo.RawOutput = raw
+			out = append(out, lo)
+			return nil
+		}
+		for _, f := range []struct {
+			raw json.RawMessage
+			dst *[][]string
+		}{{row.Files, &nested.files}, {row.Modules, &nested.modules}, {row.Entities, &nested.entities}} {
+			if len(f.raw) == 0 || string(f.raw) == "null" {
+				continue
+			}
+			if err := json.Unmarshal(f.raw, f.dst); err != nil {
+				return fmt.Errorf("found_* must be lists of ids or lists of per-sample lists: %w", err)
+			}
+		}
+		n := max(len(nested.files), len(nested.modules), len(nested.entities))
+		at := func(l [][]string, i int) []string {
+			if i < len(l) {
+				return l[i]
+			}
+			return nil
+		}
+		for i := range n {
+			out = append(out, LocOutput{InstanceID: row.InstanceID, Sample: int64(i),
+				Files: at(nested.files, i), Modules: at(nested.modules, i), Entities: at(nested.entities, i)})
+		}
+		return nil
+	})
+	return out, err
+}
