@@ -17,13 +17,16 @@ build: ## build bin/a2farm
 	$(GO) build -o $(BIN) ./cmd/a2farm
 
 .PHONY: run
-run: build ## the embedded demo: sample repository and dataset, gold, indexes and one tool call
+run: build ## the embedded demo: sample repo and dataset, gold, indexes, a tool call, heuristic rollouts, evaluation
 	rm -rf $(RUN_DIR)/sample
 	$(BIN) sample --out $(RUN_DIR)/sample
 	$(BIN) gold --dataset $(RUN_DIR)/sample/dataset.jsonl --repos $(RUN_DIR)/sample/repos --out $(RUN_DIR)/sample/gt_location.jsonl
 	$(BIN) index build --repos $(RUN_DIR)/sample/repos --repo acme/inventory --commit main --cache $(RUN_DIR)/cache
 	$(BIN) tool --repos $(RUN_DIR)/sample/repos --repo acme/inventory --commit main --cache $(RUN_DIR)/cache \
 	  --name explore_tree_structure --args '{"start_entities": ["inventory/models.py:Warehouse"], "direction": "both"}'
+	$(BIN) localize --dataset $(RUN_DIR)/sample/dataset.jsonl --repos $(RUN_DIR)/sample/repos --cache $(RUN_DIR)/cache \
+	  --policy heuristic --samples 8 --out $(RUN_DIR)/localize
+	$(BIN) eval --predictions $(RUN_DIR)/localize/loc_outputs.jsonl --gold $(RUN_DIR)/sample/gt_location.jsonl
 
 .PHONY: test
 test: ## run the whole test suite (what CI runs)

@@ -165,3 +165,36 @@ func TestEvalCommand(t *testing.T) {
 		t.Errorf("missing --gold: exit %d", code)
 	}
 }
+
+// TestLocalizeThenEval runs the heuristic agent over the sample and scores
+// the predictions, through the command line.
+func TestLocalizeThenEval(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "sample")
+	if code, _, errOut := run(t, "sample", "--out", dir); code != 0 {
+		t.Fatalf("sample: %s", errOut)
+	}
+	gt := filepath.Join(dir, "gt.jsonl")
+	if code, _, errOut := run(t, "gold", "-q", "--dataset", filepath.Join(dir, "dataset.jsonl"), "--repos", filepath.Join(dir, "repos"), "--out", gt); code != 0 {
+		t.Fatalf("gold: %s", errOut)
+	}
+	out := filepath.Join(t.TempDir(), "loc")
+	code, stdout, errOut := run(t, "localize", "--dataset", filepath.Join(dir, "dataset.jsonl"), "--repos", filepath.Join(dir, "repos"),
+		"--samples", "3", "--limit", "2", "--out", out)
+	if code != 0 || !strings.Contains(stdout, "6 rollouts") {
+		t.Fatalf("localize: exit %d\n%s\n%s", code, stdout, errOut)
+	}
+	if n := countLines(t, filepath.Join(out, "loc_outputs.jsonl")); n != 6 {
+		t.Errorf("loc_outputs rows = %d, want 6", n)
+	}
+	entries, err := os.ReadDir(filepath.Join(out, "trajectories"))
+	if err != nil || len(entries) != 2 {
+		t.Errorf("trajectory files = %v, %v; want 2", entries, err)
+	}
+	code, stdout, _ = run(t, "eval", "--only-predicted", "--predictions", filepath.Join(out, "loc_outputs.jsonl"), "--gold", gt)
+	if code != 0 || !strings.Contains(stdout, "2 instances × 3 samples") {
+		t.Errorf("eval: exit %d\n%s", code, stdout)
+	}
+	if code, _, _ := run(t, "localize", "--dataset", "x", "--repos", dir, "--out", out, "--policy", "oracle"); code != exitUsage {
+		t.Errorf("unknown policy: exit %d", code)
+	}
+}

@@ -89,6 +89,7 @@ their trajectories into weighted training shards (the A²Agent method).`,
 	root.AddCommand(
 		newGoldCmd(e),
 		newEvalCmd(e),
+		newLocalizeCmd(e),
 		newIndexCmd(e),
 		newToolCmd(e),
 		newSampleCmd(e),

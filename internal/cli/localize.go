@@ -1,0 +1,112 @@
+package cli
+
+import (
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/a2farm/a2farm/coordinator/dataset"
+	"github.com/a2farm/a2farm/internal/gitrepo"
+	"github.com/a2farm/a2farm/internal/progress"
+	"github.com/a2farm/a2farm/schema"
+	"github.com/a2farm/a2farm/worker"
+	"github.com/a2farm/a2farm/worker/agent"
+	"github.com/a2farm/a2farm/worker/policy"
+)
+
+func newLocalizeCmd(e *env) *cobra.Command {
+	var (
+		datasetPath, reposDir, out, policyName string
+		samples, limit, concurrency            int
+		seed                                   int64
+		strict                                 bool
+		agentCfg                               agent.Config
+		wallTime                               time.Duration
+		cf                                     cacheFlags
+	)
+	cmd := &cobra.Command{
+		Use:   "localize --dataset FILE --repos DIR --policy heuristic --samples N --out DIR",
+		Short: "Run the agent over a dataset in one process and write trajectories and predictions",
+		Long: `localize plays --samples episodes per instance (no NATS) and writes
+DIR/trajectories/<instance>.arrow (one Arrow IPC stream per instance, one row per
+turn) and DIR/loc_outputs.jsonl (one row per instance and sample: found_files,
+found_modules, found_entities, raw_output). Score them with a2farm eval.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if datasetPath == "" || reposDir == "" || out == "" {
+				return usagef("--dataset, --repos and --out are required")
+			}
+			var model agent.Model
+			switch policyName {
+			case "heuristic":
+				model = policy.Heuristic{}
+			default:
+				return usagef("--policy %q: this build runs the heuristic policy; openai and replay are not available yet", policyName)
+			}
+			if samples < 1 || limit < 0 || concurrency < 0 {
+				return usagef("--samples must be >= 1, --limit and --concurrency >= 0")
+			}
+			opts, err := cf.options()
+			if err != nil {
+				return err
+			}
+			repos := gitrepo.NewSet(reposDir)
+			defer repos.Close()
+			ds, err := dataset.Load(cmd.Context(), datasetPath, dataset.Options{Strict: strict, Repos: repos})
+			if err != nil {
+				return err
+			}
+			for _, s := range ds.Skipped {
+				e.log.Warn().Int("line", s.Line).Str("instance", s.InstanceID).Msg("skipping row: " + s.Reason)
+			}
+			instances := ds.Instances
+			if limit > 0 && limit < len(instances) {
+				instances = instances[:limit]
+			}
+			agentCfg.WallTime = wallTime
+			var bar *progress.Bar
+			trs, err := worker.Localize(cmd.Context(), worker.LocalizeConfig{
+				Instances: instances, Repos: repos, Model: model, Policy: schema.Policy{Kind: policyName},
+				Agent: agentCfg, Index: opts, Samples: samples, Concurrency: concurrency, Seed: seed, Out: out, Log: e.log,
+				Progress: func(done, total int) {
+					if bar == nil {
+						bar = progress.New(e.stderr, "rollouts", total)
+					}
+					bar.Set(done)
+				},
+			})
+			if bar != nil {
+				bar.Finish()
+			}
+			if err != nil {
+				return err
+			}
+			status := map[string]int{}
+			turns := 0
+			for _, tr := range trs {
+				status[tr.Status]++
+				turns += len(tr.Turns)
+			}
+			fmt.Fprintf(e.stdout, "%d rollouts (%d turns) over %d instances: %v\n  predictions %s\n  trajectories %s\n",
+				len(trs), turns, len(instances), status, filepath.Join(out, "loc_outputs.jsonl"), filepath.Join(out, "trajectories"))
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&datasetPath, "dataset", "", "dataset JSONL or Parquet")
+	f.StringVar(&reposDir, "repos", envOr("A2FARM_REPOS", ""), "folder of git repositories named owner__name (env A2FARM_REPOS)")
+	f.StringVar(&out, "out", "", "output folder")
+	f.StringVar(&policyName, "policy", "heuristic", "policy: heuristic")
+	f.IntVar(&samples, "samples", 1, "episodes per instance")
+	f.IntVar(&limit, "limit", 0, "run only the first K instances (0: all)")
+	f.IntVar(&concurrency, "concurrency", 4, "episodes in flight")
+	f.Int64Var(&seed, "seed", 42, "random seed of the policy")
+	f.BoolVar(&strict, "strict", false, "fail on the first bad dataset row")
+	f.IntVar(&agentCfg.MaxToolCalls, "max-tool-calls", 20, "tool calls per episode before the final answer")
+	f.IntVar(&agentCfg.MaxContextTokens, "max-context-tokens", 40000, "model context; older observations are trimmed past 70% of it")
+	f.DurationVar(&wallTime, "episode-timeout", 15*time.Minute, "wall time of one episode")
+	cf.bind(cmd)
+	return cmd
+}

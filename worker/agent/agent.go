@@ -1,0 +1,351 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/a2farm/a2farm/internal/llm"
+	"github.com/a2farm/a2farm/schema"
+	"github.com/a2farm/a2farm/worker/repoindex"
+	"github.com/a2farm/a2farm/worker/tools"
+)
+
+// Model is the policy: given the conversation so far, the next assistant
+// message.
+type Model interface {
+	Next(ctx context.Context, req ModelRequest) (*ModelReply, error)
+}
+
+// ModelRequest is what the policy sees at one turn.
+type ModelRequest struct {
+	Messages []llm.Message
+	// Tools are the OpenAI tool specs; in text mode they are described in
+	// the system message instead and Tools is nil.
+	Tools  []map[string]any
+	Sample int64
+	Seed   int64
+	Turn   int
+}
+
+// ModelReply is one assistant message and its accounting.
+type ModelReply struct {
+	Message                        llm.Message
+	PromptTokens, CompletionTokens int64
+	TokenIDs                       []int32
+	Logprobs                       []float32
+}
+
+// Config bounds an episode.
+type Config struct {
+	// MaxToolCalls ends exploration (default 20); the model then gets one
+	// more turn to answer.
+	MaxToolCalls int
+	// MaxContextTokens is the model's context; older observations are
+	// trimmed from what is sent past 70% of it (default 40,000).
+	MaxContextTokens int
+	// TextMode describes the tools in the system message and parses
+	// <function=...> calls from the reply, for servers without a tool parser.
+	TextMode bool
+	// WallTime bounds the episode (0: none).
+	WallTime time.Duration
+}
+
+func (c Config) withDefaults() Config {
+	if c.MaxToolCalls <= 0 {
+		c.MaxToolCalls = 20
+	}
+	if c.MaxContextTokens <= 0 {
+		c.MaxContextTokens = 40000
+	}
+	return c
+}
+
+// Episode is one rollout to run.
+type Episode struct {
+	Job   schema.Job
+	Tools *tools.Set
+	Graph *repoindex.Graph
+	Model Model
+	// Hooks for tests and metrics; nil is fine.
+	OnTurn func(schema.Turn)
+}
+
+// Run plays one episode and returns its trajectory. Only a context
+// cancellation is returned as an error; policy failures and timeouts end
+// up in the trajectory's status.
+func Run(ctx context.Context, cfg Config, ep Episode) (schema.Trajectory, error) {
+	cfg = cfg.withDefaults()
+	job := ep.Job
+	tr := schema.Trajectory{
+		JobID: job.JobID, RunID: job.RunID, Iteration: job.Iteration, InstanceID: job.InstanceID,
+		Repo: job.Repo, Sample: job.Sample, Status: schema.StatusOK, StartedAt: time.Now().UTC(),
+		PolicyVersion: job.Policy.Version,
+	}
+	if cfg.WallTime > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, cfg.WallTime)
+		defer cancel()
+	}
+	specs := make([]map[string]any, 0)
+	for _, t := range ep.Tools.Tools() {
+		specs = append(specs, t.Spec())
+	}
+	pkg := schema.Instance{InstanceID: job.InstanceID}.PackageName()
+	msgs := []llm.Message{
+		{Role: "system", Content: systemPrompt},
+		{Role: "user", Content: userPrompt(pkg, job.ProblemStatement, job.Sample)},
+	}
+	var toolCalls int
+	var answer string
+	finished, nudged := false, false
+	lastPrompt := int64(0)
+	for turn := 0; !finished; turn++ {
+		if toolCalls >= cfg.MaxToolCalls {
+			if nudged {
+				tr.Status = schema.StatusTruncated
+				break
+			}
+			msgs = append(msgs, llm.Message{Role: "user", Content: lastCall})
+			nudged = true
+		}
+		req := ModelRequest{Messages: trim(msgs, lastPrompt, cfg.MaxContextTokens), Sample: job.Sample, Seed: job.Seed, Turn: turn}
+		if cfg.TextMode {
+			req.Messages[0].Content += TextToolInstructions(specs)
+		} else {
+			req.Tools = specs
+		}
+		start := time.Now()
+		reply, err := ep.Model.Next(ctx, req)
+		latency := time.Since(start)
+		if err != nil {
+			if ctx.Err() != nil {
+				if errors.Is(ctx.Err(), context.DeadlineExceeded) && cfg.WallTime > 0 {
+					tr.Status, tr.Error = schema.StatusTimeout, "episode wall time exceeded"
+					break
+				}
+				return tr, ctx.Err()
+			}
+			tr.Status, tr.Error = schema.StatusPolicyError, err.Error()
+			break
+		}
+		lastPrompt = reply.PromptTokens
+		tr.PromptTokens += reply.PromptTokens
+		tr.CompletionTokens += reply.CompletionTokens
+		msg := reply.Message
+		msg.Role = "assistant"
+		turnRec := schema.Turn{
+			Index: int64(turn), AssistantContent: msg.Content, PromptTokens: reply.PromptTokens,
+			CompletionTokens: reply.CompletionTokens, PolicyLatencyMS: ms(latency),
+			TokenIDs: reply.TokenIDs, Logprobs: reply.Logprobs,
+		}
+		calls := msg.ToolCalls
+		if cfg.TextMode || len(calls) == 0 {
+			if tc, ok := parseTextCall(msg.Content, schemaType(ep.Tools)); ok {
+				args, _ := json.Marshal(tc.args)
+				calls = []llm.ToolCall{{ID: fmt.Sprintf("call_%d", turn), Type: "function",
+					Function: llm.FunctionCall{Name: tc.name, Arguments: string(args)}}}
+			}
+		}
+		msgs = append(msgs, msg)
+		if len(calls) == 0 {
+			if a, ok := plainAnswer(msg.Content); ok {
+				answer, finished = a, true
+			} else {
+				msgs = append(msgs, llm.Message{Role: "user", Content: keepGoing})
+			}
+			tr.Turns = append(tr.Turns, record(turnRec, ep.OnTurn))
+			continue
+		}
+		var observations []string
+		var surfaced schema.Locations
+		toolStart := time.Now()
+		for i, call := range calls {
+			args := canonicalArgs(call.Function.Arguments)
+			if i == 0 {
+				turnRec.ToolName, turnRec.ToolArgs = call.Function.Name, args
+				turnRec.ActionKey = call.Function.Name + args
+			}
+			res := ep.Tools.Call(ctx, call.Function.Name, json.RawMessage(call.Function.Arguments))
+			if res.Finish {
+				answer, finished = res.Answer, true
+				break
+			}
+			toolCalls++
+			obs := "OBSERVATION:\n" + res.Observation
+			observations = append(observations, obs)
+			surfaced = mergeLocations(surfaced, res.Surfaced)
+			if cfg.TextMode {
+				msgs = append(msgs, llm.Message{Role: "user", Content: "EXECUTION RESULT of [" + call.Function.Name + "]:\n" + obs})
+			} else {
+				msgs = append(msgs, llm.Message{Role: "tool", Content: obs, ToolCallID: call.ID, Name: call.Function.Name})
+			}
+		}
+		turnRec.ToolLatencyMS = ms(time.Since(toolStart))
+		turnRec.Observation = strings.Join(observations, "\n\n")
+		turnRec.ObservationChars = int64(len([]rune(turnRec.Observation)))
+		turnRec.Surfaced = surfaced
+		tr.Turns = append(tr.Turns, record(turnRec, ep.OnTurn))
+	}
+	if strings.TrimSpace(answer) == "" || !pathInText.MatchString(answer) {
+		answer = fallbackAnswer(answer, msgs)
+	}
+	tr.FinalAnswer = answer
+	tr.Predictions = ParseAnswer(answer, ep.Graph)
+	tr.FinishedAt = time.Now().UTC()
+	return tr, nil
+}
+
+func record(t schema.Turn, hook func(schema.Turn)) schema.Turn {
+	if hook != nil {
+		hook(t)
+	}
+	return t
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// canonicalArgs re-encodes JSON arguments with sorted keys, the identity of
+// an action; unparsable arguments are kept as written.
+func canonicalArgs(raw string) string {
+	var v any
+	if err := json.Unmarshal([]byte(raw), &v); err != nil {
+		return raw
+	}
+	out, err := json.Marshal(v)
+	if err != nil {
+		return raw
+	}
+	return string(out)
+}
+
+func mergeLocations(a, b schema.Locations) schema.Locations {
+	merge := func(x, y []string) []string {
+		for _, id := range y {
+			if !slices.Contains(x, id) {
+				x = append(x, id)
+			}
+		}
+		return x
+	}
+	return schema.Locations{Files: merge(a.Files, b.Files), Modules: merge(a.Modules, b.Modules), Entities: merge(a.Entities, b.Entities)}
+}
+
+// schemaType reports the JSON type of a tool parameter, for text calls.
+func schemaType(set *tools.Set) func(tool, param string) string {
+	types := map[string]string{}
+	for _, t := range set.Tools() {
+		var s struct {
+			Properties map[string]struct {
+				Type any `json:"type"`
+			} `json:"properties"`
+		}
+		_ = json.Unmarshal(t.Parameters, &s)
+		for p, def := range s.Properties {
+			switch v := def.Type.(type) {
+			case string:
+				types[t.Name+"."+p] = v
+			case []any:
+				if len(v) > 0 {
+					types[t.Name+"."+p], _ = v[0].(string)
+				}
+			}
+		}
+	}
+	return func(tool, param string) string { return types[tool+"."+param] }
+}
+
+var (
+	finishTag  = regexp.MustCompile(`(?s)<finish>.*?</finish>`)
+	pathInText = regexp.MustCompile(`\w+/[\w./-]*\.py`)
+	fencedPath = regexp.MustCompile("(?s)```[^\\n]*\\n.*?\\w+/[\\w./-]*\\.py.*?```")
+)
+
+// plainAnswer recognises a reply without a tool call that still answers:
+// a <finish>...</finish> span (the answer is the rest of the reply) or a
+// fenced block naming a .py path (the answer is the whole reply).
+func plainAnswer(content string) (string, bool) {
+	if finishTag.MatchString(content) {
+		return strings.TrimSpace(finishTag.ReplaceAllString(content, "")), true
+	}
+	if fencedPath.MatchString(content) {
+		return content, true
+	}
+	return "", false
+}
+
+// fallbackAnswer applies the reference's answer fallback: the latest
+// assistant text naming a path, else the .py paths the agent asked tools
+// about, most recent first.
+func fallbackAnswer(answer string, msgs []llm.Message) string {
+	var tail strings.Builder
+	tail.WriteString(answer)
+	for i := len(msgs) - 1; i >= 0; i-- {
+		if msgs[i].Role != "assistant" {
+			continue
+		}
+		text := msgs[i].Content + "\n" + tail.String()
+		if pathInText.MatchString(text) {
+			return text
+		}
+		tail.Reset()
+		tail.WriteString(text)
+	}
+	var paths []string
+	for i := len(msgs) - 1; i >= 0; i-- {
+		for _, c := range msgs[i].ToolCalls {
+			switch c.Function.Name {
+			case tools.GetEntityContents, tools.SearchCodeSnippets, tools.ViewSummary:
+				for _, p := range pathInText.FindAllString(c.Function.Arguments, -1) {
+					if !slices.Contains(paths, p) {
+						paths = append(paths, p)
+					}
+				}
+			}
+		}
+	}
+	if len(paths) == 0 {
+		return answer
+	}
+	return "```\n" + strings.Join(paths, "\n") + "\n```"
+}
+
+// trim drops old exploration from what is sent once the conversation
+// nears the context limit: the system and task messages stay, a note
+// replaces the middle, and the last six messages (without leading tool
+// results) follow. lastPrompt is the server's count for the previous
+// request, when it reported one.
+func trim(msgs []llm.Message, lastPrompt int64, maxTokens int) []llm.Message {
+	out := slices.Clone(msgs)
+	limit := int64(float64(maxTokens) * 0.7)
+	if estimateTokens(out, lastPrompt) <= limit || len(out) <= 8 {
+		return out
+	}
+	tail := out[len(out)-6:]
+	for len(tail) > 0 && tail[0].Role == "tool" {
+		tail = tail[1:]
+	}
+	removed := len(out) - 2 - len(tail)
+	kept := append([]llm.Message{out[0], out[1], {Role: "user",
+		Content: fmt.Sprintf("[%d earlier exploration messages were removed to fit the context window.]", removed)}}, tail...)
+	return kept
+}
+
+// estimateTokens: about four characters a token plus per-message overhead,
+// with a 15% margin.
+func estimateTokens(msgs []llm.Message, lastPrompt int64) int64 {
+	n := 0
+	for _, m := range msgs {
+		n += 4 + len(m.Content)/4
+		for _, c := range m.ToolCalls {
+			n += (len(c.Function.Name) + len(c.Function.Arguments)) / 4
+		}
+	}
+	est := int64(float64(n) * 1.15)
+	return max(est, lastPrompt)
+}

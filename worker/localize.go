@@ -1,0 +1,216 @@
+package worker
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+
+	"github.com/rs/zerolog"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/a2farm/a2farm/internal/gitrepo"
+	"github.com/a2farm/a2farm/schema"
+	"github.com/a2farm/a2farm/worker/agent"
+	"github.com/a2farm/a2farm/worker/repoindex"
+	"github.com/a2farm/a2farm/worker/tools"
+)
+
+// LocalizeConfig configures a single-process localization run.
+type LocalizeConfig struct {
+	Instances []schema.Instance
+	Repos     *gitrepo.Set
+	// Model plays every episode; it must be safe for concurrent use.
+	Model   agent.Model
+	Policy  schema.Policy
+	Agent   agent.Config
+	Index   repoindex.BuildOptions
+	Samples int
+	// Concurrency bounds episodes in flight (default 4).
+	Concurrency int
+	Seed        int64
+	RunID       string
+	Sampling    schema.Sampling
+	Tools       []string // nil: all
+	// Out receives trajectories/<instance>.arrow and loc_outputs.jsonl.
+	Out      string
+	Progress func(done, total int)
+	Log      zerolog.Logger
+}
+
+func (c *LocalizeConfig) validate() error {
+	switch {
+	case c.Repos == nil || c.Model == nil:
+		return errors.New("localize: repositories and a model are required")
+	case c.Samples < 1:
+		return fmt.Errorf("samples must be >= 1, got %d", c.Samples)
+	case c.Out == "":
+		return errors.New("an output folder is required (--out)")
+	case c.Concurrency < 0:
+		return fmt.Errorf("concurrency must be >= 0, got %d", c.Concurrency)
+	}
+	return nil
+}
+
+// Localize runs every instance × sample and writes the trajectories and
+// predictions. Instances whose index cannot be built are logged and
+// recorded as infra_error trajectories; a cancelled context stops the run.
+func Localize(ctx context.Context, cfg LocalizeConfig) ([]schema.Trajectory, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Concurrency == 0 {
+		cfg.Concurrency = 4
+	}
+	if cfg.RunID == "" {
+		cfg.RunID = "localize"
+	}
+	trajDir := filepath.Join(cfg.Out, "trajectories")
+	if err := os.MkdirAll(trajDir, 0o755); err != nil {
+		return nil, err
+	}
+	total := len(cfg.Instances) * cfg.Samples
+	results := make([][]schema.Trajectory, len(cfg.Instances))
+	var done atomic.Int64
+	var progressMu sync.Mutex
+	tick := func() {
+		if cfg.Progress != nil {
+			progressMu.Lock()
+			cfg.Progress(int(done.Add(1)), total)
+			progressMu.Unlock()
+		}
+	}
+	// Instances run a few at a time; each shares one index among its
+	// samples, which run in parallel.
+	perInstance := min(cfg.Samples, cfg.Concurrency)
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(max(1, cfg.Concurrency/perInstance))
+	for i, inst := range cfg.Instances {
+		g.Go(func() error {
+			trs, err := cfg.runInstance(gctx, inst, perInstance, tick)
+			if err != nil {
+				return err
+			}
+			results[i] = trs
+			return writeTrajectories(filepath.Join(trajDir, safeName(inst.InstanceID)+".arrow"), trs)
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	var all []schema.Trajectory
+	for _, trs := range results {
+		all = append(all, trs...)
+	}
+	return all, writeLocOutputs(filepath.Join(cfg.Out, "loc_outputs.jsonl"), all)
+}
+
+func (cfg *LocalizeConfig) runInstance(ctx context.Context, inst schema.Instance, parallel int, tick func()) ([]schema.Trajectory, error) {
+	trs := make([]schema.Trajectory, cfg.Samples)
+	jobs := make([]schema.Job, cfg.Samples)
+	for s := range jobs {
+		jobs[s] = schema.Job{
+			JobID: schema.JobID(cfg.RunID, 0, inst.InstanceID, int64(s)), RunID: cfg.RunID,
+			InstanceID: inst.InstanceID, Repo: inst.Repo, BaseCommit: inst.BaseCommit,
+			ProblemStatement: inst.ProblemStatement, Sample: int64(s), Seed: cfg.Seed,
+			Policy: cfg.Policy, Sampling: cfg.Sampling, Tools: cfg.Tools, Attempt: 1,
+			Limits: schema.Limits{MaxToolCalls: int64(cfg.Agent.MaxToolCalls), MaxContextTokens: int64(cfg.Agent.MaxContextTokens),
+				WallTimeSeconds: int64(cfg.Agent.WallTime.Seconds())},
+		}
+	}
+	idx, err := repoindex.Build(ctx, cfg.Repos, inst.Repo, inst.BaseCommit, cfg.Index)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		cfg.Log.Error().Err(err).Str("instance", inst.InstanceID).Msg("index build failed; recording infra_error trajectories")
+		for s, job := range jobs {
+			trs[s] = schema.Trajectory{JobID: job.JobID, RunID: job.RunID, InstanceID: job.InstanceID, Repo: job.Repo,
+				Sample: job.Sample, Status: schema.StatusInfraError, Error: err.Error()}
+			tick()
+		}
+		return trs, nil
+	}
+	defer idx.Close()
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(parallel)
+	for s, job := range jobs {
+		g.Go(func() error {
+			set, err := tools.New(idx, tools.Options{Enabled: cfg.Tools, ProblemStatement: inst.ProblemStatement})
+			if err != nil {
+				return err
+			}
+			tr, err := agent.Run(gctx, cfg.Agent, agent.Episode{Job: job, Tools: set, Graph: idx.Graph, Model: cfg.Model})
+			if err != nil {
+				return err
+			}
+			tr.WorkerID = "localize"
+			trs[s] = tr
+			tick()
+			return nil
+		})
+	}
+	return trs, g.Wait()
+}
+
+// safeName keeps instance ids usable as file names.
+func safeName(id string) string {
+	out := []rune(id)
+	for i, r := range out {
+		if r == '/' || r == '\\' || r == 0 {
+			out[i] = '_'
+		}
+	}
+	return string(out)
+}
+
+func writeTrajectories(path string, trs []schema.Trajectory) error {
+	rec := schema.EncodeTrajectories(nil, trs...)
+	defer rec.Release()
+	return writeAtomic(path, func(f *os.File) error { return schema.WriteIPC(f, schema.TrajectorySchema(), rec) })
+}
+
+func writeLocOutputs(path string, trs []schema.Trajectory) error {
+	return writeAtomic(path, func(f *os.File) error {
+		w := bufio.NewWriter(f)
+		enc := json.NewEncoder(w)
+		enc.SetEscapeHTML(false)
+		for _, tr := range trs {
+			row := schema.LocOutput{InstanceID: tr.InstanceID, Sample: tr.Sample, Files: nonNil(tr.Predictions.Files),
+				Modules: nonNil(tr.Predictions.Modules), Entities: nonNil(tr.Predictions.Entities), RawOutput: tr.FinalAnswer}
+			if err := enc.Encode(row); err != nil {
+				return err
+			}
+		}
+		return w.Flush()
+	})
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+// writeAtomic writes a file through a temporary sibling and a rename.
+func writeAtomic(path string, write func(*os.File) error) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if err := write(tmp); err != nil {
+		tmp.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}
