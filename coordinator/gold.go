@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"sync/atomic"
@@ -17,6 +16,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/a2farm/a2farm/coordinator/dataset"
+	"github.com/a2farm/a2farm/internal/atomicfile"
 	"github.com/a2farm/a2farm/internal/gitrepo"
 	"github.com/a2farm/a2farm/internal/gold"
 	"github.com/a2farm/a2farm/schema"
@@ -146,7 +146,7 @@ func RunGold(ctx context.Context, cfg GoldConfig) (*GoldReport, error) {
 func isNotFound(err error) bool { return errors.Is(err, gitrepo.ErrNotFound) }
 
 func writeGold(path string, rows []gold.Result) error {
-	return writeAtomically(path, func(w io.Writer) error {
+	return atomicfile.Write(path, func(w io.Writer) error {
 		bw := bufio.NewWriter(w)
 		enc := json.NewEncoder(bw)
 		enc.SetEscapeHTML(false)
@@ -157,33 +157,6 @@ func writeGold(path string, rows []gold.Result) error {
 		}
 		return bw.Flush()
 	})
-}
-
-// writeAtomically writes path through a temporary file in the same folder
-// and renames it into place, so readers never see a partial file.
-func writeAtomically(path string, write func(io.Writer) error) error {
-	if dir := filepath.Dir(path); dir != "" {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return err
-		}
-	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if err := write(tmp); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
 }
 
 // GoldDiff is one disagreement between extracted and reference gold.

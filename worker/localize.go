@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sync"
@@ -14,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/a2farm/a2farm/internal/atomicfile"
 	"github.com/a2farm/a2farm/internal/gitrepo"
 	"github.com/a2farm/a2farm/schema"
 	"github.com/a2farm/a2farm/worker/agent"
@@ -172,11 +174,11 @@ func safeName(id string) string {
 func writeTrajectories(path string, trs []schema.Trajectory) error {
 	rec := schema.EncodeTrajectories(nil, trs...)
 	defer rec.Release()
-	return writeAtomic(path, func(f *os.File) error { return schema.WriteIPC(f, schema.TrajectorySchema(), rec) })
+	return atomicfile.Write(path, func(w io.Writer) error { return schema.WriteIPC(w, schema.TrajectorySchema(), rec) })
 }
 
 func writeLocOutputs(path string, trs []schema.Trajectory) error {
-	return writeAtomic(path, func(f *os.File) error {
+	return atomicfile.Write(path, func(f io.Writer) error {
 		w := bufio.NewWriter(f)
 		enc := json.NewEncoder(w)
 		enc.SetEscapeHTML(false)
@@ -196,21 +198,4 @@ func nonNil(s []string) []string {
 		return []string{}
 	}
 	return s
-}
-
-// writeAtomic writes a file through a temporary sibling and a rename.
-func writeAtomic(path string, write func(*os.File) error) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if err := write(tmp); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
 }

@@ -9,7 +9,6 @@ import (
 
 	"github.com/a2farm/a2farm/coordinator"
 	"github.com/a2farm/a2farm/internal/gold"
-	"github.com/a2farm/a2farm/internal/progress"
 )
 
 func newGoldCmd(e *env) *cobra.Command {
@@ -32,18 +31,9 @@ reference file and fails when any instance differs.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg.Log = e.log
 			if !quiet {
-				var bar *progress.Bar
-				cfg.Progress = func(done, total int) {
-					if bar == nil {
-						bar = progress.New(e.stderr, "gold", total)
-					}
-					bar.Set(done)
-				}
-				defer func() {
-					if bar != nil {
-						bar.Finish()
-					}
-				}()
+				var finish func()
+				cfg.Progress, finish = e.progress("gold")
+				defer finish()
 			}
 			report, err := coordinator.RunGold(cmd.Context(), cfg)
 			if err != nil {

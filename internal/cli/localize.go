@@ -9,7 +9,6 @@ import (
 
 	"github.com/a2farm/a2farm/coordinator/dataset"
 	"github.com/a2farm/a2farm/internal/gitrepo"
-	"github.com/a2farm/a2farm/internal/progress"
 	"github.com/a2farm/a2farm/schema"
 	"github.com/a2farm/a2farm/worker"
 	"github.com/a2farm/a2farm/worker/agent"
@@ -66,20 +65,13 @@ found_modules, found_entities, raw_output). Score them with a2farm eval.`,
 				instances = instances[:limit]
 			}
 			agentCfg.WallTime = wallTime
-			var bar *progress.Bar
+			report, finish := e.progress("rollouts")
 			trs, err := worker.Localize(cmd.Context(), worker.LocalizeConfig{
 				Instances: instances, Repos: repos, Model: model, Policy: schema.Policy{Kind: policyName},
 				Agent: agentCfg, Index: opts, Samples: samples, Concurrency: concurrency, Seed: seed, Out: out, Log: e.log,
-				Progress: func(done, total int) {
-					if bar == nil {
-						bar = progress.New(e.stderr, "rollouts", total)
-					}
-					bar.Set(done)
-				},
+				Progress: report,
 			})
-			if bar != nil {
-				bar.Finish()
-			}
+			finish()
 			if err != nil {
 				return err
 			}

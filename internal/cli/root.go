@@ -116,6 +116,25 @@ func (e *env) setupLogging() error {
 	return nil
 }
 
+// progress returns a callback that draws a progress bar on stderr (created
+// on the first report, when the total is known) and a function that ends
+// its line.
+func (e *env) progress(label string) (report func(done, total int), finish func()) {
+	var bar *progress.Bar
+	report = func(done, total int) {
+		if bar == nil {
+			bar = progress.New(e.stderr, label, total)
+		}
+		bar.Set(done)
+	}
+	finish = func() {
+		if bar != nil {
+			bar.Finish()
+		}
+	}
+	return report, finish
+}
+
 // envOr returns the environment variable's value, or def when unset: env
 // vars pre-fill flags, flags win.
 func envOr(key, def string) string {

@@ -7,7 +7,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/a2farm/a2farm/internal/llm"
-	"github.com/a2farm/a2farm/internal/progress"
 	"github.com/a2farm/a2farm/worker/repoindex"
 )
 
@@ -45,18 +44,11 @@ the environment variable named by --api-key-env.`,
 			if err != nil {
 				return err
 			}
-			var bar *progress.Bar
+			report, finish := e.progress("summaries")
 			made, err := repoindex.GenerateSummaries(cmd.Context(), src,
 				&repoindex.LLMSummarizer{Client: client, Model: model, MaxChars: maxChars},
-				repoindex.SummarizeConfig{Out: out, Concurrency: concurrency, Progress: func(done, total int) {
-					if bar == nil {
-						bar = progress.New(e.stderr, "summaries", total)
-					}
-					bar.Set(done)
-				}})
-			if bar != nil {
-				bar.Finish()
-			}
+				repoindex.SummarizeConfig{Out: out, Concurrency: concurrency, Progress: report})
+			finish()
 			if err != nil {
 				return err
 			}

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -20,6 +21,7 @@ import (
 	"github.com/blevesearch/bleve/v2"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/a2farm/a2farm/internal/atomicfile"
 	"github.com/a2farm/a2farm/internal/gitrepo"
 	"github.com/a2farm/a2farm/internal/pyparse"
 )
@@ -394,24 +396,10 @@ func writeGob(path string, v any) error {
 }
 
 // writeGobAtomic writes through a temporary file and a rename, so that
-// concurrent readers see the old value or the new one, never a mix.
+// concurrent readers see the old value or the new one, never a mix; a
+// damaged entry after a crash decodes with an error and counts as a miss.
 func writeGobAtomic(path string, v any) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if err := gob.NewEncoder(tmp).Encode(v); err != nil {
-		tmp.Close()
-		return fmt.Errorf("encode %s: %w", path, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
+	return atomicfile.WriteCache(path, func(w io.Writer) error { return gob.NewEncoder(w).Encode(v) })
 }
 
 func readGob(path string, v any) error {

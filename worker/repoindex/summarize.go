@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,6 +14,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/a2farm/a2farm/internal/atomicfile"
 	"github.com/a2farm/a2farm/internal/llm"
 )
 
@@ -114,11 +116,10 @@ func GenerateSummaries(ctx context.Context, src *Snapshot, s Summarizer, cfg Sum
 	if err != nil {
 		return made, err
 	}
-	tmp := cfg.Out + ".tmp"
-	if err := os.WriteFile(tmp, append(data, '\n'), 0o644); err != nil {
-		return made, err
-	}
-	return made, os.Rename(tmp, cfg.Out)
+	return made, atomicfile.Write(cfg.Out, func(w io.Writer) error {
+		_, err := w.Write(append(data, '\n'))
+		return err
+	})
 }
 
 func readJournal(path string) (map[string]string, error) {
