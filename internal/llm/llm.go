@@ -144,6 +144,31 @@ type Choice struct {
 	FinishReason string  `json:"finish_reason"`
 	// Logprobs is kept raw: servers differ in what they return.
 	Logprobs json.RawMessage `json:"logprobs,omitempty"`
+	// TokenIDs are the completion's token ids, when the server returns
+	// them (vLLM with return_token_ids).
+	TokenIDs []int32 `json:"token_ids,omitempty"`
+}
+
+// TokenLogprobs extracts per-token log-probabilities from an OpenAI-style
+// logprobs object ({"content": [{"token", "logprob"}, ...]}); nil when
+// absent or in another shape.
+func (c Choice) TokenLogprobs() []float32 {
+	if len(c.Logprobs) == 0 {
+		return nil
+	}
+	var lp struct {
+		Content []struct {
+			Logprob float64 `json:"logprob"`
+		} `json:"content"`
+	}
+	if json.Unmarshal(c.Logprobs, &lp) != nil || len(lp.Content) == 0 {
+		return nil
+	}
+	out := make([]float32, len(lp.Content))
+	for i, t := range lp.Content {
+		out[i] = float32(t.Logprob)
+	}
+	return out
 }
 
 // Response is a chat-completions response.

@@ -27,10 +27,14 @@ type ModelRequest struct {
 	Messages []llm.Message
 	// Tools are the OpenAI tool specs; in text mode they are described in
 	// the system message instead and Tools is nil.
-	Tools  []map[string]any
-	Sample int64
-	Seed   int64
-	Turn   int
+	Tools      []map[string]any
+	InstanceID string
+	Sample     int64
+	Seed       int64
+	Turn       int
+	// TextMode says the tools are described in the system message and
+	// calls are expected in the <function=...> syntax.
+	TextMode bool
 }
 
 // ModelReply is one assistant message and its accounting.
@@ -114,14 +118,9 @@ func Run(ctx context.Context, cfg Config, ep Episode) (schema.Trajectory, error)
 			msgs = append(msgs, llm.Message{Role: "user", Content: lastCall})
 			nudged = true
 		}
-		req := ModelRequest{Messages: trim(msgs, lastPrompt, cfg.MaxContextTokens), Sample: job.Sample, Seed: job.Seed, Turn: turn}
-		if cfg.TextMode {
-			req.Messages[0].Content += TextToolInstructions(specs)
-		} else {
-			req.Tools = specs
-		}
 		start := time.Now()
-		reply, err := ep.Model.Next(ctx, req)
+		reply, err := next(ctx, ep.Model, cfg, msgs, lastPrompt, ModelRequest{InstanceID: job.InstanceID,
+			Sample: job.Sample, Seed: job.Seed, Turn: turn, TextMode: cfg.TextMode}, specs)
 		latency := time.Since(start)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -199,6 +198,29 @@ func Run(ctx context.Context, cfg Config, ep Episode) (schema.Trajectory, error)
 	tr.Predictions = ParseAnswer(answer, ep.Graph)
 	tr.FinishedAt = time.Now().UTC()
 	return tr, nil
+}
+
+// maxOverflowRetries bounds re-sends after the server reports a context
+// overflow; each retry keeps fewer recent messages.
+const maxOverflowRetries = 5
+
+// next asks the model for the next message, trimming harder each time the
+// server reports that the request exceeds its context.
+func next(ctx context.Context, m Model, cfg Config, msgs []llm.Message, lastPrompt int64, req ModelRequest, specs []map[string]any) (*ModelReply, error) {
+	for level := 0; ; level++ {
+		req.Messages = trimLevel(msgs, lastPrompt, cfg.MaxContextTokens, level)
+		if cfg.TextMode {
+			req.Messages[0].Content += TextToolInstructions(specs)
+		} else {
+			req.Tools = specs
+		}
+		reply, err := m.Next(ctx, req)
+		var overflow interface{ ContextOverflow() bool }
+		if err != nil && errors.As(err, &overflow) && overflow.ContextOverflow() && level < maxOverflowRetries {
+			continue
+		}
+		return reply, err
+	}
 }
 
 func record(t schema.Turn, hook func(schema.Turn)) schema.Turn {
@@ -315,18 +337,24 @@ func fallbackAnswer(answer string, msgs []llm.Message) string {
 	return "```\n" + strings.Join(paths, "\n") + "\n```"
 }
 
-// trim drops old exploration from what is sent once the conversation
+// trimLevel drops old exploration from what is sent once the conversation
 // nears the context limit: the system and task messages stay, a note
 // replaces the middle, and the last six messages (without leading tool
 // results) follow. lastPrompt is the server's count for the previous
-// request, when it reported one.
-func trim(msgs []llm.Message, lastPrompt int64, maxTokens int) []llm.Message {
+// request, when it reported one. After level context-overflow errors it
+// always trims, keeping max(2, 6 - 2·level) messages, as the reference
+// retries.
+func trimLevel(msgs []llm.Message, lastPrompt int64, maxTokens, level int) []llm.Message {
 	out := slices.Clone(msgs)
-	limit := int64(float64(maxTokens) * 0.7)
-	if estimateTokens(out, lastPrompt) <= limit || len(out) <= 8 {
+	keep := 6
+	if level > 0 {
+		keep = max(2, 6-2*level)
+	}
+	fits := level == 0 && estimateTokens(out, lastPrompt) <= int64(float64(maxTokens)*0.7)
+	if fits || len(out) <= keep+2 {
 		return out
 	}
-	tail := out[len(out)-6:]
+	tail := out[len(out)-keep:]
 	for len(tail) > 0 && tail[0].Role == "tool" {
 		tail = tail[1:]
 	}

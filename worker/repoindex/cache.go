@@ -39,9 +39,10 @@ import (
 //	v1/parse/<blob[:2]>/<blob>.gob
 //	v1/commits/owner__name.gob (+ .lock)
 //
-// Concurrency: a snapshot is built under an exclusive flock, into a
-// temporary folder renamed into place; users hold a shared flock while the
-// index is open, and eviction skips snapshots it cannot lock exclusively.
+// Concurrency: a snapshot is built under an exclusive flock of its own
+// (<entry>.build.lock), into a temporary folder renamed into place; users
+// hold a shared flock on <entry>.lock while the index is open, and eviction
+// skips snapshots it cannot lock exclusively.
 // Flock makes the cache Unix-only.
 type Cache struct {
 	root     string
@@ -88,9 +89,11 @@ func (c *Cache) index(ctx context.Context, snap *gitrepo.Snapshot, repo string, 
 	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
 		return nil, err
 	}
-	// Readers share the lock; only a missing entry is built, under an
-	// exclusive lock, which is then downgraded: open indexes keep a
-	// shared lock, so eviction (exclusive, non-blocking) leaves them be.
+	// Users hold a shared lock on <entry>.lock while the index is open, so
+	// eviction (exclusive, non-blocking) leaves it be. A missing entry is
+	// built under a separate exclusive <entry>.build.lock, never by
+	// upgrading the shared lock: an upgrade would wait for every other
+	// user to close their index.
 	lock, err := lockFile(dir+".lock", syscall.LOCK_SH)
 	if err != nil {
 		return nil, err
@@ -100,19 +103,16 @@ func (c *Cache) index(ctx context.Context, snap *gitrepo.Snapshot, repo string, 
 		c.touch(dir)
 		return idx, nil
 	}
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		lock.Close()
-		return nil, fmt.Errorf("lock %s: %w", dir, err)
-	}
-	idx, err := c.loadOrBuild(ctx, snap, repo, opts, dir)
+	build, err := lockFile(dir+".build.lock", syscall.LOCK_EX)
 	if err != nil {
 		lock.Close()
 		return nil, err
 	}
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_SH); err != nil {
-		idx.Close()
+	idx, err := c.loadOrBuild(ctx, snap, repo, opts, dir)
+	build.Close()
+	if err != nil {
 		lock.Close()
-		return nil, fmt.Errorf("lock %s: %w", dir, err)
+		return nil, err
 	}
 	idx.release = append(idx.release, lock.Close)
 	c.touch(dir)
