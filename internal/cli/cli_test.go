@@ -5,6 +5,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -196,5 +199,35 @@ func TestLocalizeThenEval(t *testing.T) {
 	}
 	if code, _, _ := run(t, "localize", "--dataset", "x", "--repos", dir, "--out", out, "--policy", "oracle"); code != exitUsage {
 		t.Errorf("unknown policy: exit %d", code)
+	}
+}
+
+// TestLocalizeWithOpenAIServer drives --policy openai against a stand-in
+// chat-completions server that answers at once.
+func TestLocalizeWithOpenAIServer(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer sk-local" {
+			http.Error(w, "no key", http.StatusUnauthorized)
+			return
+		}
+		fmt.Fprint(w, `{"choices":[{"message":{"role":"assistant","content":"","tool_calls":[{"id":"c1","type":"function",`+
+			`"function":{"name":"finish","arguments":"{\"answer\": \"`+"```\\\\ninventory/pricing.py\\\\nfunction: compute_discount\\\\n```"+`\"}"}}]}}],`+
+			`"usage":{"prompt_tokens":50,"completion_tokens":5}}`)
+	}))
+	defer srv.Close()
+	t.Setenv("MY_KEY", "sk-local")
+	dir := filepath.Join(t.TempDir(), "sample")
+	if code, _, errOut := run(t, "sample", "--out", dir); code != 0 {
+		t.Fatalf("sample: %s", errOut)
+	}
+	out := filepath.Join(t.TempDir(), "loc")
+	code, stdout, errOut := run(t, "localize", "--dataset", filepath.Join(dir, "dataset.jsonl"), "--repos", filepath.Join(dir, "repos"),
+		"--policy", "openai", "--base-url", srv.URL+"/v1", "--model", "m", "--api-key-env", "MY_KEY", "--limit", "1", "--out", out)
+	if code != 0 || !strings.Contains(stdout, "map[ok:1]") {
+		t.Fatalf("localize: exit %d\n%s\n%s", code, stdout, errOut)
+	}
+	data, err := os.ReadFile(filepath.Join(out, "loc_outputs.jsonl"))
+	if err != nil || !strings.Contains(string(data), `"found_entities":["inventory/pricing.py:compute_discount"]`) {
+		t.Errorf("loc_outputs: %s, %v", data, err)
 	}
 }

@@ -15,6 +15,10 @@ import (
 )
 
 func runSample(t *testing.T, instance int, samples int) []schema.Trajectory {
+	return runSampleWith(t, instance, samples, Heuristic{})
+}
+
+func runSampleWith(t *testing.T, instance int, samples int, model agent.Model) []schema.Trajectory {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "sample")
 	l, err := sample.Write(dir)
@@ -37,7 +41,7 @@ func runSample(t *testing.T, instance int, samples int) []schema.Trajectory {
 		}
 		job := schema.Job{JobID: schema.JobID("r", 0, inst.InstanceID, int64(s)), RunID: "r", InstanceID: inst.InstanceID,
 			Repo: inst.Repo, BaseCommit: inst.BaseCommit, ProblemStatement: inst.ProblemStatement, Sample: int64(s), Seed: 42}
-		tr, err := agent.Run(context.Background(), agent.Config{}, agent.Episode{Job: job, Tools: set, Graph: idx.Graph, Model: Heuristic{}})
+		tr, err := agent.Run(context.Background(), agent.Config{}, agent.Episode{Job: job, Tools: set, Graph: idx.Graph, Model: model})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -95,5 +99,26 @@ func TestHeuristicIsDeterministic(t *testing.T) {
 		if a[i].FinalAnswer != b[i].FinalAnswer || len(a[i].Turns) != len(b[i].Turns) {
 			t.Errorf("sample %d differs between runs with the same seed", i)
 		}
+	}
+}
+
+// TestReplayReproducesEpisodes replays recorded heuristic episodes through
+// the agent and gets the same actions, observations and answers.
+func TestReplayReproducesEpisodes(t *testing.T) {
+	recorded := runSample(t, 2, 3)
+	replayed := runSampleWith(t, 2, 3, NewReplay(recorded))
+	for i := range recorded {
+		a, b := recorded[i], replayed[i]
+		if a.FinalAnswer != b.FinalAnswer || len(a.Turns) != len(b.Turns) {
+			t.Fatalf("sample %d: answers or turn counts differ", i)
+		}
+		for k := range a.Turns {
+			if a.Turns[k].ActionKey != b.Turns[k].ActionKey || a.Turns[k].Observation != b.Turns[k].Observation {
+				t.Errorf("sample %d turn %d differs: %s vs %s", i, k, a.Turns[k].ActionKey, b.Turns[k].ActionKey)
+			}
+		}
+	}
+	if _, err := NewReplay(recorded).Next(context.Background(), agent.ModelRequest{InstanceID: "nope"}); err == nil {
+		t.Error("replay of an unknown episode succeeded")
 	}
 }

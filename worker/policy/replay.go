@@ -1,0 +1,83 @@
+package policy
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/apache/arrow-go/v18/arrow"
+
+	"github.com/a2farm/a2farm/internal/llm"
+	"github.com/a2farm/a2farm/schema"
+	"github.com/a2farm/a2farm/worker/agent"
+)
+
+// Replay re-issues the actions of recorded trajectories: turn k of the
+// episode for (instance, sample) gets the assistant content and tool call
+// of turn k of the recorded trajectory, and the episode ends with the
+// recorded answer. Use it for deterministic tests and to branch rollouts
+// from a recorded prefix.
+type Replay struct {
+	byKey map[string]schema.Trajectory
+}
+
+// NewReplay indexes trajectories by instance and sample.
+func NewReplay(trs []schema.Trajectory) *Replay {
+	r := &Replay{byKey: map[string]schema.Trajectory{}}
+	for _, tr := range trs {
+		r.byKey[replayKey(tr.InstanceID, tr.Sample)] = tr
+	}
+	return r
+}
+
+// LoadReplay reads every *.arrow trajectory file under dir.
+func LoadReplay(dir string) (*Replay, error) {
+	paths, err := filepath.Glob(filepath.Join(dir, "*.arrow"))
+	if err != nil {
+		return nil, err
+	}
+	if len(paths) == 0 {
+		return nil, fmt.Errorf("replay: no .arrow trajectory files in %s", dir)
+	}
+	var all []schema.Trajectory
+	for _, p := range paths {
+		f, err := os.Open(p)
+		if err != nil {
+			return nil, err
+		}
+		err = schema.ReadIPC(f, func(rec arrow.RecordBatch) error {
+			trs, err := schema.DecodeTrajectories(rec)
+			all = append(all, trs...)
+			return err
+		})
+		f.Close()
+		if err != nil {
+			return nil, fmt.Errorf("replay %s: %w", p, err)
+		}
+	}
+	return NewReplay(all), nil
+}
+
+func replayKey(instance string, sample int64) string { return fmt.Sprintf("%s#%d", instance, sample) }
+
+// Next implements agent.Model.
+func (r *Replay) Next(_ context.Context, req agent.ModelRequest) (*agent.ModelReply, error) {
+	tr, ok := r.byKey[replayKey(req.InstanceID, req.Sample)]
+	if !ok {
+		return nil, fmt.Errorf("replay: no recorded trajectory for %s sample %d", req.InstanceID, req.Sample)
+	}
+	if req.Turn >= len(tr.Turns) || tr.Turns[req.Turn].ToolName == "" {
+		// Past the recording (or at its answer turn): answer as recorded.
+		args, _ := json.Marshal(map[string]string{"answer": tr.FinalAnswer})
+		return replyWith("", "finish", string(args)), nil
+	}
+	t := tr.Turns[req.Turn]
+	return replyWith(t.AssistantContent, t.ToolName, t.ToolArgs), nil
+}
+
+func replyWith(content, tool, args string) *agent.ModelReply {
+	return &agent.ModelReply{Message: llm.Message{Role: "assistant", Content: content, ToolCalls: []llm.ToolCall{{
+		ID: "replay_" + tool, Type: "function", Function: llm.FunctionCall{Name: tool, Arguments: args}}}}}
+}
