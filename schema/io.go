@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
@@ -136,4 +138,33 @@ func ReadParquet(r parquet.ReaderAtSeeker, fn func(arrow.RecordBatch) error) err
 		return fmt.Errorf("read parquet: %w", err)
 	}
 	return nil
+}
+
+// ReadTrajectoryDir reads every *.arrow trajectory file (Arrow IPC
+// streams) in dir.
+func ReadTrajectoryDir(dir string) ([]Trajectory, error) {
+	paths, err := filepath.Glob(filepath.Join(dir, "*.arrow"))
+	if err != nil {
+		return nil, err
+	}
+	if len(paths) == 0 {
+		return nil, fmt.Errorf("no .arrow trajectory files in %s", dir)
+	}
+	var all []Trajectory
+	for _, p := range paths {
+		f, err := os.Open(p)
+		if err != nil {
+			return nil, err
+		}
+		err = ReadIPC(f, func(rec arrow.RecordBatch) error {
+			trs, err := DecodeTrajectories(rec)
+			all = append(all, trs...)
+			return err
+		})
+		f.Close()
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", p, err)
+		}
+	}
+	return all, nil
 }

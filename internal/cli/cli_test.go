@@ -193,8 +193,10 @@ func TestLocalizeThenEval(t *testing.T) {
 	if err != nil || len(entries) != 2 {
 		t.Errorf("trajectory files = %v, %v; want 2", entries, err)
 	}
-	code, stdout, _ = run(t, "eval", "--only-predicted", "--predictions", filepath.Join(out, "loc_outputs.jsonl"), "--gold", gt)
-	if code != 0 || !strings.Contains(stdout, "2 instances × 3 samples") {
+	code, stdout, _ = run(t, "eval", "--only-predicted", "--predictions", filepath.Join(out, "loc_outputs.jsonl"), "--gold", gt,
+		"--trajectories", filepath.Join(out, "trajectories"))
+	if code != 0 || !strings.Contains(stdout, "2 instances × 3 samples") || !strings.Contains(stdout, "type_b_rate") ||
+		!strings.Contains(stdout, "tool_calls.search_code_snippets") {
 		t.Errorf("eval: exit %d\n%s", code, stdout)
 	}
 	if code, _, _ := run(t, "localize", "--dataset", "x", "--repos", dir, "--out", out, "--policy", "oracle"); code != exitUsage {

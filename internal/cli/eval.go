@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sort"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -14,7 +16,7 @@ import (
 )
 
 func newEvalCmd(e *env) *cobra.Command {
-	var predPath, goldPath, jsonOut string
+	var predPath, goldPath, jsonOut, trajDir string
 	var opts metrics.EvalOptions
 	cmd := &cobra.Command{
 		Use:   "eval --predictions loc_outputs.jsonl --gold gt_location.jsonl [--json OUT]",
@@ -50,6 +52,15 @@ instances without a prediction score 0, as in the reference protocol, unless
 			if rep.Missing > 0 {
 				e.log.Warn().Int("missing", rep.Missing).Msg("(instance, sample) pairs without a prediction score 0; --only-predicted skips instances never predicted")
 			}
+			if trajDir != "" {
+				trs, err := schema.ReadTrajectoryDir(trajDir)
+				if err != nil {
+					return err
+				}
+				for k, v := range metrics.TrajectoryStats(trs, golds) {
+					rep.Overall[k] = v
+				}
+			}
 			printReport(e, rep)
 			if jsonOut == "" {
 				return nil
@@ -70,6 +81,7 @@ instances without a prediction score 0, as in the reference protocol, unless
 	f.StringVar(&goldPath, "gold", "", "gt_location.jsonl")
 	f.StringVar(&jsonOut, "json", "", "write the numbers as one flat JSON object")
 	f.BoolVar(&opts.OnlyPredicted, "only-predicted", false, "skip gold instances that have no prediction")
+	f.StringVar(&trajDir, "trajectories", "", "trajectories folder (from localize): adds dc_gap, type_b_rate and per-episode cost")
 	return cmd
 }
 
@@ -102,6 +114,7 @@ func printReport(e *env, rep *metrics.Report) {
 		fmt.Fprintln(tw)
 	}
 	tw.Flush()
+	printTrajectoryStats(e, rep)
 	if len(rep.PerRepo) < 2 {
 		return
 	}
@@ -121,4 +134,32 @@ func printReport(e *env, rep *metrics.Report) {
 		fmt.Fprintln(tw)
 	}
 	tw.Flush()
+}
+
+// printTrajectoryStats prints the trajectory-based numbers, when present.
+func printTrajectoryStats(e *env, rep *metrics.Report) {
+	if _, ok := rep.Overall["turns"]; !ok {
+		return
+	}
+	tw := tabwriter.NewWriter(e.stdout, 2, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "trajectories	file	module	function	")
+	for _, m := range []string{"dc_gap", "type_b_rate"} {
+		fmt.Fprintf(tw, "%s	", m)
+		for _, l := range metrics.Levels {
+			fmt.Fprintf(tw, "%.4f	", rep.Overall[l.String()+"."+m])
+		}
+		fmt.Fprintln(tw)
+	}
+	tw.Flush()
+	var keys []string
+	for k := range rep.Overall {
+		if !strings.Contains(k, ".") || strings.HasPrefix(k, "tool_calls.") {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	fmt.Fprintln(e.stdout, "per episode (mean):")
+	for _, k := range keys {
+		fmt.Fprintf(e.stdout, "  %-36s %.2f\n", k, rep.Overall[k])
+	}
 }

@@ -157,3 +157,41 @@ func TestEvaluateAveragesSamplesAndSkipsEmptyGold(t *testing.T) {
 		t.Errorf("only predicted: %+v, %v", only, err)
 	}
 }
+
+func TestTrajectoryStats(t *testing.T) {
+	golds := []schema.Gold{{InstanceID: "i", FileChanges: []schema.FileChange{{File: "a.py",
+		Changes: schema.Changes{EditedEntities: []string{"a.py:f"}, EditedModules: []string{"a.py:f"}}}}}}
+	trs := []schema.Trajectory{
+		{ // saw the gold file and function, answered only the file
+			InstanceID: "i", Predictions: schema.Locations{Files: []string{"a.py"}},
+			Turns: []schema.Turn{
+				{ToolName: "search_code_snippets", ObservationChars: 100, Surfaced: schema.Locations{Files: []string{"a.py"}, Entities: []string{"a.py:f"}, Modules: []string{"a.py:f"}}},
+				{ToolName: "search_code_snippets", ObservationChars: 50},
+				{ToolName: "finish"},
+			},
+			PromptTokens: 30,
+		},
+		{ // saw nothing, answered the function
+			InstanceID: "i", Predictions: schema.Locations{Files: []string{"a.py"}, Entities: []string{"a.py:f"}, Modules: []string{"a.py:f"}},
+			Turns:        []schema.Turn{{ToolName: "get_entity_contents", ObservationChars: 10}},
+			PromptTokens: 10,
+		},
+	}
+	st := TrajectoryStats(trs, golds)
+	want := map[string]float64{
+		"file.dc_gap":                     (0 + (0 - 1)) / 2.0, // t1: seen 1 committed 1 -> 0; t2: seen 0 committed 1 -> -1
+		"function.dc_gap":                 ((1 - 0) + (0 - 1)) / 2.0,
+		"function.type_b_rate":            0.5,
+		"file.type_b_rate":                0,
+		"turns":                           2,
+		"observation_chars":               80,
+		"prompt_tokens":                   20,
+		"tool_calls.search_code_snippets": 1,
+		"tool_calls.get_entity_contents":  0.5,
+	}
+	for k, v := range want {
+		if !near(st[k], v) {
+			t.Errorf("%s = %v, want %v", k, st[k], v)
+		}
+	}
+}

@@ -4,10 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
-
-	"github.com/apache/arrow-go/v18/arrow"
 
 	"github.com/a2farm/a2farm/internal/llm"
 	"github.com/a2farm/a2farm/schema"
@@ -34,30 +30,11 @@ func NewReplay(trs []schema.Trajectory) *Replay {
 
 // LoadReplay reads every *.arrow trajectory file under dir.
 func LoadReplay(dir string) (*Replay, error) {
-	paths, err := filepath.Glob(filepath.Join(dir, "*.arrow"))
+	trs, err := schema.ReadTrajectoryDir(dir)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("replay: %w", err)
 	}
-	if len(paths) == 0 {
-		return nil, fmt.Errorf("replay: no .arrow trajectory files in %s", dir)
-	}
-	var all []schema.Trajectory
-	for _, p := range paths {
-		f, err := os.Open(p)
-		if err != nil {
-			return nil, err
-		}
-		err = schema.ReadIPC(f, func(rec arrow.RecordBatch) error {
-			trs, err := schema.DecodeTrajectories(rec)
-			all = append(all, trs...)
-			return err
-		})
-		f.Close()
-		if err != nil {
-			return nil, fmt.Errorf("replay %s: %w", p, err)
-		}
-	}
-	return NewReplay(all), nil
+	return NewReplay(trs), nil
 }
 
 func replayKey(instance string, sample int64) string { return fmt.Sprintf("%s#%d", instance, sample) }
