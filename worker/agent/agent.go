@@ -170,6 +170,9 @@ func Run(ctx context.Context, cfg Config, ep Episode) (schema.Trajectory, error)
 				turnRec.ToolName, turnRec.ToolArgs = call.Function.Name, args
 				turnRec.ActionKey = call.Function.Name + args
 			}
+			if nudged && call.Function.Name != tools.Finish {
+				continue // the answer turn: no more exploration
+			}
 			res := ep.Tools.Call(ctx, call.Function.Name, json.RawMessage(call.Function.Arguments))
 			if res.Finish {
 				answer, finished = res.Answer, true

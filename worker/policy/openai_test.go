@@ -276,7 +276,7 @@ func TestOpenAIToolBudget(t *testing.T) {
 		answerWith(w, toolCall("explore_tree_structure", `{"start_entities": ["/"]}`), nil) // never finishes
 	})
 	tr := f.run(t, srv, llm.Config{}, agent.Config{MaxToolCalls: 3}, OpenAIConfig{})
-	if tr.Status != schema.StatusTruncated || len(tr.Turns) != 4 || !lastCallSeen.Load() {
+	if tr.Status != schema.StatusTruncated || len(tr.Turns) != 4 || !lastCallSeen.Load() || tr.Turns[3].Observation != "" {
 		t.Errorf("status %s, %d turns, last call seen %v; want truncated after 3 calls + 1 answer turn", tr.Status, len(tr.Turns), lastCallSeen.Load())
 	}
 }
