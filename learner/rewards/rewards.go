@@ -1,0 +1,225 @@
+// Package rewards labels trajectories with the A²Agent rewards: per-turn
+// discovery progress at file, module and entity level, a step cost, and at
+// the last step the (lenient) F1 of the answer and its discovery–commit
+// recall; then discounted returns.
+package rewards
+
+import (
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"strings"
+
+	"github.com/a2farm/a2farm/learner/advantage"
+	"github.com/a2farm/a2farm/learner/metrics"
+	"github.com/a2farm/a2farm/schema"
+)
+
+// Discovery modes.
+const (
+	// DiscoverySurfaced counts a gold location as discovered at the turn a
+	// tool returned it (its surfaced ids, or its exact id in the
+	// observation text).
+	DiscoverySurfaced = "surfaced"
+	// DiscoveryReference reproduces the reference: any mention in the
+	// observation, the agent's own text or its tool arguments (the
+	// finish answer included) counts.
+	DiscoveryReference = "reference"
+)
+
+// Config holds the reward weights.
+type Config struct {
+	AlphaFile, AlphaModule, AlphaEntity float64
+	StepCost                            float64
+	F1Scale                             float64
+	Commitment                          float64 // λ
+	Gamma                               float64
+	Discovery                           string
+	// TerminalOnly drops progress and step cost: only the last step is
+	// rewarded, with the F1 term.
+	TerminalOnly bool
+}
+
+// DefaultConfig holds DESIGN.md §6 defaults: α = (1, 0.5, 0.5), c = 0.02,
+// s = 1, λ = 0.5, γ = 0.9, surfaced discovery.
+func DefaultConfig() Config {
+	return Config{AlphaFile: 1, AlphaModule: 0.5, AlphaEntity: 0.5, StepCost: 0.02, F1Scale: 1,
+		Commitment: 0.5, Gamma: 0.9, Discovery: DiscoverySurfaced}
+}
+
+// Validate reports bad settings.
+func (c Config) Validate() error {
+	if c.Discovery != DiscoverySurfaced && c.Discovery != DiscoveryReference {
+		return fmt.Errorf("discovery %q: want %s or %s", c.Discovery, DiscoverySurfaced, DiscoveryReference)
+	}
+	if c.Gamma < 0 || c.Gamma > 1 {
+		return fmt.Errorf("gamma must be in [0, 1], got %g", c.Gamma)
+	}
+	return nil
+}
+
+// Level indexes file, module and entity.
+const (
+	File = iota
+	Module
+	Entity
+)
+
+// Labels are a trajectory's rewards.
+type Labels struct {
+	// Progress[t][L] is the increase of discovery recall at level L.
+	Progress [][3]float64
+	Rewards  []float64
+	Returns  []float64
+	// Terminal statistics per level.
+	F1     [3]float64
+	DC     [3]float64
+	Recall [3]float64 // discovery recall at the end
+	// Discovered holds the gold ids found, per level.
+	Discovered [3][]string
+}
+
+// Label computes the rewards of one trajectory. ok is false when it cannot
+// be labelled: no turns, or no gold file.
+func Label(tr schema.Trajectory, gold schema.Locations, cfg Config) (Labels, bool) {
+	if len(tr.Turns) == 0 || len(gold.Files) == 0 {
+		return Labels{}, false
+	}
+	goldBy := [3][]string{gold.Files, gold.Modules, gold.Entities}
+	found := [3]map[string]bool{{}, {}, {}}
+	var lb Labels
+	prev := [3]float64{}
+	for _, turn := range tr.Turns {
+		seen := discoveredAt(turn, cfg.Discovery)
+		var prog [3]float64
+		for L := range 3 {
+			for _, g := range goldBy[L] {
+				if !found[L][g] && seen[L](g) {
+					found[L][g] = true
+					lb.Discovered[L] = append(lb.Discovered[L], g)
+				}
+			}
+			r := recall(found[L], goldBy[L])
+			prog[L] = r - prev[L]
+			prev[L] = r
+		}
+		lb.Progress = append(lb.Progress, prog)
+	}
+	lb.Recall = prev
+	committed := [3][]string{tr.Predictions.Files, tr.Predictions.Modules, tr.Predictions.Entities}
+	for L := range 3 {
+		lb.F1[L] = metrics.LenientPRF(committed[L], goldBy[L]).F1
+		lb.DC[L] = metrics.Commit(lb.Discovered[L], committed[L], goldBy[L]).DC
+	}
+	alpha := [3]float64{cfg.AlphaFile, cfg.AlphaModule, cfg.AlphaEntity}
+	lb.Rewards = make([]float64, len(lb.Progress))
+	if !cfg.TerminalOnly {
+		for t, p := range lb.Progress {
+			lb.Rewards[t] = alpha[0]*p[0] + alpha[1]*p[1] + alpha[2]*p[2] - cfg.StepCost
+		}
+	}
+	last := len(lb.Rewards) - 1
+	lb.Rewards[last] += cfg.F1Scale * (alpha[0]*lb.F1[0] + alpha[1]*lb.F1[1] + alpha[2]*lb.F1[2])
+	if !cfg.TerminalOnly {
+		lb.Rewards[last] += cfg.Commitment * (alpha[0]*lb.DC[0] + alpha[1]*lb.DC[1] + alpha[2]*lb.DC[2])
+	}
+	lb.Returns = advantage.Returns(lb.Rewards, cfg.Gamma)
+	return lb, true
+}
+
+func recall(found map[string]bool, gold []string) float64 {
+	if len(gold) == 0 {
+		return 0
+	}
+	n := 0
+	for _, g := range gold {
+		if found[g] {
+			n++
+		}
+	}
+	return float64(n) / float64(len(gold))
+}
+
+// discoveredAt returns, per level, a test of whether a gold id was
+// discovered at this turn.
+func discoveredAt(turn schema.Turn, mode string) [3]func(string) bool {
+	if mode == DiscoveryReference {
+		files, modules, entities := mentions(turn.Observation + "\n" + turn.AssistantContent + "\n" + argsText(turn.ToolArgs))
+		return [3]func(string) bool{inSet(files), inSet(modules), inSet(entities)}
+	}
+	surfaced := [3][]string{turn.Surfaced.Files, turn.Surfaced.Modules, turn.Surfaced.Entities}
+	var out [3]func(string) bool
+	for L := range 3 {
+		ids := inSet(surfaced[L])
+		out[L] = func(g string) bool { return ids(g) || containsID(turn.Observation, g) }
+	}
+	return out
+}
+
+// argsText is the tool arguments as the reference serialises them (JSON).
+func argsText(args string) string {
+	var v any
+	if json.Unmarshal([]byte(args), &v) != nil {
+		return args
+	}
+	out, _ := json.Marshal(v)
+	return string(out)
+}
+
+func inSet(ids []string) func(string) bool {
+	m := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		m[id] = true
+	}
+	return func(g string) bool { return m[g] }
+}
+
+// containsID reports whether id occurs in text as a whole id: not glued to
+// other path or name characters on either side.
+func containsID(text, id string) bool {
+	for start := 0; ; {
+		i := strings.Index(text[start:], id)
+		if i < 0 {
+			return false
+		}
+		i += start
+		before := i == 0 || !isIDByte(text[i-1])
+		j := i + len(id)
+		after := j == len(text) || !isIDByte(text[j]) || text[j] == '.' && (j+1 == len(text) || !isIDByte(text[j+1]))
+		if before && after {
+			return true
+		}
+		start = i + 1
+	}
+}
+
+func isIDByte(b byte) bool {
+	return b == '_' || b == '.' || b == '/' || b == '-' || b == ':' ||
+		b >= '0' && b <= '9' || b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z'
+}
+
+var (
+	mentionFile   = regexp.MustCompile(`[\w./-]+\.py`)
+	mentionEntity = regexp.MustCompile(`([\w./-]+\.py):([\w.]+)`)
+)
+
+// mentions extracts the reference's mentions from text (§D.2): files with
+// a "/", entities path.py:Name.x and their modules path.py:Name.
+func mentions(text string) (files, modules, entities []string) {
+	clean := func(p string) string { return strings.TrimLeft(p, "./") }
+	for _, m := range mentionFile.FindAllString(text, -1) {
+		if p := clean(m); strings.Contains(p, "/") {
+			files = append(files, p)
+		}
+	}
+	for _, m := range mentionEntity.FindAllStringSubmatch(text, -1) {
+		p := clean(m[1])
+		if !strings.Contains(p, "/") {
+			continue
+		}
+		entities = append(entities, p+":"+m[2])
+		first, _, _ := strings.Cut(m[2], ".")
+		modules = append(modules, p+":"+first)
+	}
+	return files, modules, entities
+}
