@@ -70,6 +70,7 @@ func sampleTrajectories() []Trajectory {
 			Predictions: Locations{Files: []string{"pkg/x.py"}, Modules: []string{"pkg/x.py:f"}, Entities: []string{"pkg/x.py:f"}},
 			StartedAt:   at(0), FinishedAt: at(7), PromptTokens: 1200, CompletionTokens: 80,
 			PolicyVersion: "v1", WorkerID: "w-1",
+			SystemPrompt: "sys", TaskPrompt: "task", ToolsJSON: `[{"type":"function"}]`,
 			Turns: []Turn{
 				{
 					Index: 0, AssistantContent: "look", ToolName: "search_code_snippets",

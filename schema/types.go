@@ -163,7 +163,13 @@ type Trajectory struct {
 	CompletionTokens int64     `json:"completion_tokens" arrow:"completion_tokens"`
 	PolicyVersion    string    `json:"policy_version" arrow:"policy_version"`
 	WorkerID         string    `json:"worker_id" arrow:"worker_id"`
-	Turns            []Turn    `json:"turns" arrow:"-"`
+	// SystemPrompt, TaskPrompt and ToolsJSON (the OpenAI tool specs) are
+	// what the episode started from, so that the learner can rebuild the
+	// conversation for training without the worker's code.
+	SystemPrompt string `json:"system_prompt" arrow:"system_prompt"`
+	TaskPrompt   string `json:"task_prompt" arrow:"task_prompt"`
+	ToolsJSON    string `json:"tools_json" arrow:"tools_json"`
+	Turns        []Turn `json:"turns" arrow:"-"`
 }
 
 // Turn is one assistant step and the tool call it made.

@@ -105,6 +105,10 @@ func Run(ctx context.Context, cfg Config, ep Episode) (schema.Trajectory, error)
 		{Role: "system", Content: systemPrompt},
 		{Role: "user", Content: userPrompt(pkg, job.ProblemStatement, job.Sample)},
 	}
+	tr.SystemPrompt, tr.TaskPrompt = msgs[0].Content, msgs[1].Content
+	if data, err := json.Marshal(specs); err == nil {
+		tr.ToolsJSON = string(data)
+	}
 	var toolCalls int
 	var answer string
 	finished, nudged := false, false
