@@ -1,0 +1,211 @@
+package learner
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+
+	"github.com/a2farm/a2farm/learner/advantage"
+	"github.com/a2farm/a2farm/learner/metrics"
+	"github.com/a2farm/a2farm/learner/rewards"
+	"github.com/a2farm/a2farm/schema"
+)
+
+// Config holds the learner's hyperparameters.
+type Config struct {
+	Rewards   rewards.Config
+	Advantage advantage.Config
+	// KeepUnsuccessful turns off the reference trainer filter, which drops
+	// trajectories that never surfaced a gold file or have fewer than
+	// three messages.
+	KeepUnsuccessful bool
+}
+
+// DefaultConfig is DESIGN.md §6.
+func DefaultConfig() Config {
+	return Config{Rewards: rewards.DefaultConfig(), Advantage: advantage.DefaultConfig()}
+}
+
+// Labeled is a trajectory with its rewards, advantages and weights.
+type Labeled struct {
+	Trajectory schema.Trajectory
+	Labels     rewards.Labels
+	Advantages []float64
+	Weights    []float64
+	// GapFile is the file-level discovery recall minus committed recall.
+	GapFile float64
+	// Skipped says why the trajectory has no labels ("" when it has).
+	Skipped string
+}
+
+// Result is a processed batch.
+type Result struct {
+	Trajectories []Labeled
+	Diagnostics  Diagnostics
+}
+
+// Diagnostics summarise a batch.
+type Diagnostics struct {
+	Trajectories, Labeled, Steps int
+	AdvantageMean, AdvantageStd  float64
+	// AdvantageHistogram counts advantages in bins of width 0.25 over
+	// [-2, 2] (values outside go to the end bins); WeightHistogram counts
+	// weights in bins of width 0.25 over [0, 3].
+	AdvantageHistogram []int
+	WeightHistogram    []int
+	// Coverage[k] is the share of steps in a group of two or more at
+	// history depth k (0: episode level).
+	Coverage []float64
+	// DCGapFile is the mean file-level discovery recall minus committed
+	// recall.
+	DCGapFile float64
+}
+
+type poolKey struct {
+	iteration int64
+	instance  string
+}
+
+// Process labels trajectories, pools them per (iteration, instance) and
+// computes advantages and weights. Trajectories that failed for
+// infrastructure reasons, have no turns, or whose instance has no gold are
+// skipped and left out of every group statistic.
+func Process(trs []schema.Trajectory, gold map[string]schema.Locations, cfg Config) (*Result, error) {
+	if err := cfg.Rewards.Validate(); err != nil {
+		return nil, err
+	}
+	if err := cfg.Advantage.Validate(); err != nil {
+		return nil, err
+	}
+	res := &Result{Trajectories: make([]Labeled, len(trs))}
+	pools := map[poolKey][]int{}
+	var order []poolKey
+	for i, tr := range trs {
+		lt := &res.Trajectories[i]
+		lt.Trajectory = tr
+		g, ok := gold[tr.InstanceID]
+		switch {
+		case tr.Status == schema.StatusInfraError:
+			lt.Skipped = "infrastructure failure"
+		case !ok:
+			lt.Skipped = "no gold for the instance"
+		default:
+			lb, ok := rewards.Label(tr, g, cfg.Rewards)
+			if !ok {
+				lt.Skipped = "no turns or no gold file"
+				break
+			}
+			lt.Labels = lb
+			lt.GapFile = metrics.Commit(lb.Discovered[rewards.File], tr.Predictions.Files, g.Files).Gap
+			k := poolKey{tr.Iteration, tr.InstanceID}
+			if _, seen := pools[k]; !seen {
+				order = append(order, k)
+			}
+			pools[k] = append(pools[k], i)
+		}
+	}
+	covered := make([]int, cfg.Advantage.H+2)
+	steps := 0
+	for _, k := range order {
+		members := pools[k]
+		in := make([]advantage.Trajectory, len(members))
+		for j, i := range members {
+			lt := &res.Trajectories[i]
+			in[j].Returns = lt.Labels.Returns
+			for _, turn := range lt.Trajectory.Turns {
+				in[j].Actions = append(in[j].Actions, turn.ActionKey)
+			}
+		}
+		out, err := advantage.Pool(in, cfg.Advantage)
+		if err != nil {
+			return nil, fmt.Errorf("pool %s/%d: %w", k.instance, k.iteration, err)
+		}
+		for j, i := range members {
+			res.Trajectories[i].Advantages = out.Advantages[j]
+			res.Trajectories[i].Weights = out.Weights[j]
+		}
+		for d, n := range out.Covered {
+			covered[d] += n
+		}
+		steps += out.Steps
+	}
+	res.Diagnostics = diagnose(res.Trajectories, covered, steps)
+	return res, nil
+}
+
+func diagnose(lts []Labeled, covered []int, steps int) Diagnostics {
+	d := Diagnostics{Trajectories: len(lts), Steps: steps, AdvantageHistogram: make([]int, 16), WeightHistogram: make([]int, 12)}
+	var advs []float64
+	gap, nGap := 0.0, 0
+	for _, lt := range lts {
+		if lt.Skipped != "" {
+			continue
+		}
+		d.Labeled++
+		advs = append(advs, lt.Advantages...)
+		for _, w := range lt.Weights {
+			d.WeightHistogram[clampBin(int(math.Floor(w/0.25)), 12)]++
+		}
+		gap += lt.GapFile
+		nGap++
+	}
+	for _, a := range advs {
+		d.AdvantageMean += a
+		d.AdvantageHistogram[clampBin(int(math.Floor((a+2)/0.25)), 16)]++
+	}
+	if len(advs) > 0 {
+		d.AdvantageMean /= float64(len(advs))
+		for _, a := range advs {
+			d.AdvantageStd += (a - d.AdvantageMean) * (a - d.AdvantageMean)
+		}
+		d.AdvantageStd = math.Sqrt(d.AdvantageStd / float64(len(advs)))
+	}
+	d.Coverage = make([]float64, len(covered))
+	for k, n := range covered {
+		if steps > 0 {
+			d.Coverage[k] = float64(n) / float64(steps)
+		}
+	}
+	if nGap > 0 {
+		d.DCGapFile = gap / float64(nGap)
+	}
+	return d
+}
+
+func clampBin(i, n int) int { return max(0, min(n-1, i)) }
+
+// ShardRow builds the training row of a labelled trajectory: the
+// conversation in chat format with per-assistant-turn weights. ok is false
+// when the trajectory is skipped or the trainer filter drops it.
+func ShardRow(lt Labeled, keepUnsuccessful bool) (schema.ShardRow, bool) {
+	if lt.Skipped != "" {
+		return schema.ShardRow{}, false
+	}
+	tr := lt.Trajectory
+	msgs := []schema.Message{{Role: "system", Content: tr.SystemPrompt}, {Role: "user", Content: tr.TaskPrompt}}
+	for _, turn := range tr.Turns {
+		m := schema.Message{Role: "assistant", Content: turn.AssistantContent}
+		if turn.ToolName != "" {
+			id := fmt.Sprintf("call_%d", turn.Index)
+			calls, _ := json.Marshal([]map[string]any{{"id": id, "type": "function",
+				"function": map[string]string{"name": turn.ToolName, "arguments": turn.ToolArgs}}})
+			m.ToolCalls = string(calls)
+			msgs = append(msgs, m)
+			if turn.ToolName != "finish" {
+				msgs = append(msgs, schema.Message{Role: "tool", Content: turn.Observation, ToolCallID: id, Name: turn.ToolName})
+			}
+			continue
+		}
+		msgs = append(msgs, m)
+	}
+	if !keepUnsuccessful && (lt.Labels.Recall[rewards.File] == 0 || len(msgs) < 3) {
+		return schema.ShardRow{}, false
+	}
+	return schema.ShardRow{
+		JobID: tr.JobID, RunID: tr.RunID, Iteration: tr.Iteration, InstanceID: tr.InstanceID, Sample: tr.Sample,
+		Messages: msgs, Tools: tr.ToolsJSON,
+		Weights: lt.Weights, Advantages: lt.Advantages, Returns: lt.Labels.Returns, Rewards: lt.Labels.Rewards,
+		F1: schema.LevelStats{File: lt.Labels.F1[0], Module: lt.Labels.F1[1], Entity: lt.Labels.F1[2]},
+		DC: schema.LevelStats{File: lt.Labels.DC[0], Module: lt.Labels.DC[1], Entity: lt.Labels.DC[2]},
+	}, true
+}

@@ -1,0 +1,127 @@
+package learner
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"reflect"
+	"testing"
+
+	"github.com/apache/arrow-go/v18/arrow"
+
+	"github.com/a2farm/a2farm/learner/shard"
+	"github.com/a2farm/a2farm/schema"
+)
+
+var gold = map[string]schema.Locations{
+	"i1": {Files: []string{"a/x.py"}, Modules: []string{"a/x.py:C"}, Entities: []string{"a/x.py:C.m"}},
+}
+
+func traj(sample int64, status string, surfaceGold bool, action string) schema.Trajectory {
+	s1 := schema.Locations{Files: []string{"a/other.py"}}
+	if surfaceGold {
+		s1 = schema.Locations{Files: []string{"a/x.py"}, Modules: []string{"a/x.py:C"}, Entities: []string{"a/x.py:C.m"}}
+	}
+	return schema.Trajectory{
+		JobID: schema.JobID("r", 0, "i1", sample), RunID: "r", InstanceID: "i1", Sample: sample, Status: status,
+		SystemPrompt: "sys", TaskPrompt: "task", ToolsJSON: "[]",
+		Predictions: schema.Locations{Files: []string{"a/x.py"}},
+		Turns: []schema.Turn{
+			{Index: 0, ToolName: "search_code_snippets", ToolArgs: `{"q":1}`, ActionKey: "search{1}", Observation: "obs", Surfaced: s1},
+			{Index: 1, ToolName: "get_entity_contents", ToolArgs: `{}`, ActionKey: action, Observation: "obs2"},
+			{Index: 2, ToolName: "finish", ToolArgs: `{"answer":"x"}`, ActionKey: "finish"},
+		},
+	}
+}
+
+func TestProcessExcludesFailuresFromGroups(t *testing.T) {
+	good := []schema.Trajectory{traj(0, schema.StatusOK, true, "read"), traj(1, schema.StatusOK, false, "read")}
+	withFailure := append(append([]schema.Trajectory{}, good...), schema.Trajectory{
+		JobID: "r/0/i1/2", InstanceID: "i1", Sample: 2, Status: schema.StatusInfraError})
+	a, err := Process(good, gold, DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Process(withFailure, gold, DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range good {
+		if !reflect.DeepEqual(a.Trajectories[i].Advantages, b.Trajectories[i].Advantages) {
+			t.Errorf("an infra_error trajectory changed the advantages of trajectory %d", i)
+		}
+	}
+	if b.Trajectories[2].Skipped == "" || b.Trajectories[2].Advantages != nil {
+		t.Errorf("failed trajectory = %+v", b.Trajectories[2])
+	}
+	// The one that found the gold has the higher return at every shared
+	// step, so a positive advantage and a weight above 1.
+	if a.Trajectories[0].Advantages[0] <= 0 || a.Trajectories[0].Weights[0] <= 1 || a.Trajectories[1].Advantages[0] >= 0 {
+		t.Errorf("advantages %v / %v", a.Trajectories[0].Advantages, a.Trajectories[1].Advantages)
+	}
+	d := b.Diagnostics
+	if d.Trajectories != 3 || d.Labeled != 2 || d.Steps != 6 || d.Coverage[0] != 1 {
+		t.Errorf("diagnostics %+v", d)
+	}
+}
+
+func TestShardRowsRoundTrip(t *testing.T) {
+	res, err := Process([]schema.Trajectory{traj(0, schema.StatusOK, true, "read"), traj(1, schema.StatusOK, false, "read"),
+		traj(2, schema.StatusOK, true, "other")}, gold, DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	w, err := shard.NewWriter(shard.Config{Dir: dir, MaxRows: 1, Params: map[string]any{"H": 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var written []schema.ShardRow
+	for _, lt := range res.Trajectories {
+		row, ok := ShardRow(lt, false)
+		if !ok {
+			continue // the trainer filter drops sample 1: it never saw a gold file
+		}
+		if len(row.Weights) != 3 || len(row.Messages) != 2+3+2 {
+			t.Fatalf("row has %d weights and %d messages", len(row.Weights), len(row.Messages))
+		}
+		written = append(written, row)
+		if err := w.Add(row); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m, err := w.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(written) != 2 || m.Rows != 2 || len(m.Files) != 2 || m.Params["H"] != 2 {
+		t.Fatalf("manifest %+v for %d rows", m, len(written))
+	}
+	var onDisk shard.Manifest
+	data, _ := os.ReadFile(filepath.Join(dir, "manifest.json"))
+	if err := json.Unmarshal(data, &onDisk); err != nil || onDisk.Files[0].SHA256 == "" {
+		t.Fatalf("manifest.json: %v %+v", err, onDisk)
+	}
+	var read []schema.ShardRow
+	for _, f := range m.Files {
+		file, err := os.Open(filepath.Join(dir, f.Name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = schema.ReadParquet(file, func(rec arrow.RecordBatch) error {
+			rows, err := schema.ShardCodec().Decode(rec)
+			read = append(read, rows...)
+			return err
+		})
+		file.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !reflect.DeepEqual(read, written) {
+		t.Errorf("shards read back differ from what was written:\n got %+v\nwant %+v", read, written)
+	}
+	if _, ok := ShardRow(res.Trajectories[1], true); !ok {
+		t.Error("the filter off must keep trajectories without gold discovery")
+	}
+}
