@@ -17,7 +17,7 @@ build: ## build bin/a2farm
 	$(GO) build -o $(BIN) ./cmd/a2farm
 
 .PHONY: run
-run: build ## the embedded demo: sample repo and dataset, gold, indexes, a tool call, heuristic rollouts, evaluation
+run: build ## the embedded demo: sample, gold, indexes, a tool call, heuristic rollouts, evaluation, training shards
 	rm -rf $(RUN_DIR)/sample
 	$(BIN) sample --out $(RUN_DIR)/sample
 	$(BIN) gold --dataset $(RUN_DIR)/sample/dataset.jsonl --repos $(RUN_DIR)/sample/repos --out $(RUN_DIR)/sample/gt_location.jsonl
@@ -26,7 +26,9 @@ run: build ## the embedded demo: sample repo and dataset, gold, indexes, a tool 
 	  --name explore_tree_structure --args '{"start_entities": ["inventory/models.py:Warehouse"], "direction": "both"}'
 	$(BIN) localize --dataset $(RUN_DIR)/sample/dataset.jsonl --repos $(RUN_DIR)/sample/repos --cache $(RUN_DIR)/cache \
 	  --policy heuristic --samples 8 --out $(RUN_DIR)/localize
-	$(BIN) eval --predictions $(RUN_DIR)/localize/loc_outputs.jsonl --gold $(RUN_DIR)/sample/gt_location.jsonl
+	$(BIN) eval --predictions $(RUN_DIR)/localize/loc_outputs.jsonl --gold $(RUN_DIR)/sample/gt_location.jsonl \
+	  --trajectories $(RUN_DIR)/localize/trajectories
+	$(BIN) replay --archive $(RUN_DIR)/localize/trajectories --gold $(RUN_DIR)/sample/gt_location.jsonl --out $(RUN_DIR)/shards
 
 .PHONY: test
 test: ## run the whole test suite (what CI runs)

@@ -1,10 +1,12 @@
 package learner
 
 import (
+	"bytes"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -123,5 +125,39 @@ func TestShardRowsRoundTrip(t *testing.T) {
 	}
 	if _, ok := ShardRow(res.Trajectories[1], true); !ok {
 		t.Error("the filter off must keep trajectories without gold discovery")
+	}
+}
+
+func TestLabelsAndSweep(t *testing.T) {
+	trs := []schema.Trajectory{traj(0, schema.StatusOK, true, "read"), traj(1, schema.StatusOK, false, "read")}
+	res, err := Process(trs, gold, DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := WriteLabels(&buf, res); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(lines) != 6+2 {
+		t.Fatalf("%d label lines, want 6 turns + 2 trajectories", len(lines))
+	}
+	var first map[string]any
+	json.Unmarshal([]byte(lines[0]), &first)
+	for _, key := range []string{"instance_id", "sample", "turn", "tool_name", "tool_args", "action_key", "progress_file",
+		"progress_module", "progress_entity", "reward", "return", "advantage", "weight"} {
+		if _, ok := first[key]; !ok {
+			t.Errorf("turn label lacks %q: %s", key, lines[0])
+		}
+	}
+	if first["progress_file"] != 1.0 {
+		t.Errorf("turn 0 of sample 0 discovers the gold file: %s", lines[0])
+	}
+	rows, err := SweepH(trs, gold, DefaultConfig(), []int{0, 1, 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 3 || len(rows[0].Coverage) != 2 || len(rows[2].Coverage) != 4 {
+		t.Errorf("sweep rows %+v", rows)
 	}
 }

@@ -233,3 +233,33 @@ func TestLocalizeWithOpenAIServer(t *testing.T) {
 		t.Errorf("loc_outputs: %s, %v", data, err)
 	}
 }
+
+// TestReplayWritesShards labels archived trajectories and writes shards.
+func TestReplayWritesShards(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "sample")
+	run(t, "sample", "--out", dir)
+	gt := filepath.Join(dir, "gt.jsonl")
+	run(t, "gold", "-q", "--dataset", filepath.Join(dir, "dataset.jsonl"), "--repos", filepath.Join(dir, "repos"), "--out", gt)
+	loc := filepath.Join(t.TempDir(), "loc")
+	if code, _, errOut := run(t, "localize", "--dataset", filepath.Join(dir, "dataset.jsonl"), "--repos", filepath.Join(dir, "repos"),
+		"--samples", "4", "--out", loc); code != 0 {
+		t.Fatalf("localize: %s", errOut)
+	}
+	shards := filepath.Join(t.TempDir(), "shards")
+	labels := filepath.Join(t.TempDir(), "labels.jsonl")
+	code, stdout, errOut := run(t, "replay", "--archive", filepath.Join(loc, "trajectories"), "--gold", gt, "--out", shards,
+		"--labels", labels, "--sweep-H", "0,2", "--H", "1", "--gamma", "0.95")
+	if code != 0 || !strings.Contains(stdout, "24 trajectories, 24 labelled") || !strings.Contains(stdout, "shard files") {
+		t.Fatalf("replay: exit %d\n%s\n%s", code, stdout, errOut)
+	}
+	data, err := os.ReadFile(filepath.Join(shards, "manifest.json"))
+	if err != nil || !strings.Contains(string(data), `"Gamma": 0.95`) || !strings.Contains(string(data), `"H": 1`) {
+		t.Errorf("manifest must record the hyperparameters: %s %v", data, err)
+	}
+	if n := countLines(t, labels); n < 24 {
+		t.Errorf("labels file has %d lines", n)
+	}
+	if code, _, _ := run(t, "replay", "--archive", loc, "--gold", gt, "--out", shards, "--mode", "median"); code != exitUsage {
+		t.Errorf("bad --mode: exit %d", code)
+	}
+}

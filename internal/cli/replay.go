@@ -1,0 +1,149 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/a2farm/a2farm/internal/atomicfile"
+	"github.com/a2farm/a2farm/learner"
+	"github.com/a2farm/a2farm/learner/shard"
+	"github.com/a2farm/a2farm/schema"
+)
+
+func newReplayCmd(e *env) *cobra.Command {
+	cfg := learner.DefaultConfig()
+	var archive, goldPath, out, labelsPath, sweep string
+	var maxRows int
+	cmd := &cobra.Command{
+		Use:   "replay --archive DIR --gold GT.jsonl --out SHARDS",
+		Short: "Recompute rewards, advantages and training shards from archived trajectories",
+		Long: `replay reads a trajectory archive (the trajectories/ folder localize writes), labels
+every turn with discovery rewards, pools trajectories per (iteration, instance), computes
+history-grouped advantages and weights with the given hyperparameters, and writes Parquet
+shards with a manifest — no new rollouts. Infrastructure failures are left out of every
+group. --labels writes per-turn and per-trajectory labels as JSON lines; --sweep-H prints
+group coverage and advantage statistics for several history lengths.`,
+		Args: cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			if archive == "" || goldPath == "" || (out == "" && labelsPath == "" && sweep == "") {
+				return usagef("--archive, --gold and one of --out, --labels or --sweep-H are required")
+			}
+			if err := cfg.Rewards.Validate(); err != nil {
+				return &usageError{err}
+			}
+			if err := cfg.Advantage.Validate(); err != nil {
+				return &usageError{err}
+			}
+			trs, err := schema.ReadTrajectoryDir(archive)
+			if err != nil {
+				return err
+			}
+			golds, err := readFile(goldPath, schema.ReadGold)
+			if err != nil {
+				return err
+			}
+			gold := map[string]schema.Locations{}
+			for _, g := range golds {
+				if g.FileChanges != nil {
+					gold[g.InstanceID] = g.Locations()
+				}
+			}
+			if sweep != "" {
+				var hs []int
+				for _, f := range strings.Split(sweep, ",") {
+					h, err := strconv.Atoi(strings.TrimSpace(f))
+					if err != nil || h < 0 {
+						return usagef("--sweep-H %q: want comma-separated non-negative integers", sweep)
+					}
+					hs = append(hs, h)
+				}
+				rows, err := learner.SweepH(trs, gold, cfg, hs)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintln(e.stdout, "H  coverage by depth (k=0 episode, 1..H+1)            advantage mean / std")
+				for _, r := range rows {
+					var cov []string
+					for _, c := range r.Coverage {
+						cov = append(cov, fmt.Sprintf("%.3f", c))
+					}
+					fmt.Fprintf(e.stdout, "%-2d %-48s %+.4f / %.4f\n", r.H, strings.Join(cov, " "), r.Mean, r.Std)
+				}
+			}
+			res, err := learner.Process(trs, gold, cfg)
+			if err != nil {
+				return err
+			}
+			printDiagnostics(e, res.Diagnostics)
+			if labelsPath != "" {
+				if err := atomicfile.Write(labelsPath, func(w io.Writer) error { return learner.WriteLabels(w, res) }); err != nil {
+					return err
+				}
+			}
+			if out == "" {
+				return nil
+			}
+			w, err := shard.NewWriter(shard.Config{Dir: out, MaxRows: maxRows, Params: map[string]any{
+				"rewards": cfg.Rewards, "advantage": cfg.Advantage, "keep_unsuccessful": cfg.KeepUnsuccessful,
+				"archive": archive, "gold": goldPath, "code_version": version(), "diagnostics": res.Diagnostics,
+			}})
+			if err != nil {
+				return err
+			}
+			kept := 0
+			for _, lt := range res.Trajectories {
+				if row, ok := learner.ShardRow(lt, cfg.KeepUnsuccessful); ok {
+					kept++
+					if err := w.Add(row); err != nil {
+						return err
+					}
+				}
+			}
+			m, err := w.Close()
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(e.stdout, "%d of %d trajectories written to %d shard files in %s\n", kept, len(trs), len(m.Files), out)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&archive, "archive", "", "trajectories folder (*.arrow)")
+	f.StringVar(&goldPath, "gold", "", "gt_location.jsonl")
+	f.StringVar(&out, "out", "", "shard folder to write")
+	f.StringVar(&labelsPath, "labels", "", "write per-turn and per-trajectory labels as JSON lines")
+	f.StringVar(&sweep, "sweep-H", "", "comma-separated history lengths to compare, e.g. 0,1,2,3,4")
+	f.IntVar(&maxRows, "shard-rows", 2000, "rows per shard file")
+	f.IntVar(&cfg.Advantage.H, "H", cfg.Advantage.H, "history length (depths 1..H+1)")
+	f.StringVar(&cfg.Advantage.Scheme, "scheme", cfg.Advantage.Scheme, "history keys: state or state_action")
+	f.StringVar(&cfg.Advantage.Norm, "mode", cfg.Advantage.Norm, "group normalisation: mean_norm or mean_std_norm")
+	f.Float64Var(&cfg.Advantage.DepthAlpha, "depth-alpha", cfg.Advantage.DepthAlpha, "depth weight exponent: (k+1)^alpha")
+	f.Float64Var(&cfg.Advantage.Beta, "beta", cfg.Advantage.Beta, "weight = exp(beta * clip(A, -kappa, kappa))")
+	f.Float64Var(&cfg.Advantage.Kappa, "kappa", cfg.Advantage.Kappa, "advantage clip")
+	f.Float64Var(&cfg.Rewards.Gamma, "gamma", cfg.Rewards.Gamma, "discount")
+	f.Float64Var(&cfg.Rewards.StepCost, "step-cost", cfg.Rewards.StepCost, "cost per step")
+	f.Float64Var(&cfg.Rewards.AlphaFile, "alpha-file", cfg.Rewards.AlphaFile, "file-level weight")
+	f.Float64Var(&cfg.Rewards.AlphaModule, "alpha-module", cfg.Rewards.AlphaModule, "module-level weight")
+	f.Float64Var(&cfg.Rewards.AlphaEntity, "alpha-entity", cfg.Rewards.AlphaEntity, "entity-level weight")
+	f.Float64Var(&cfg.Rewards.Commitment, "commitment", cfg.Rewards.Commitment, "discovery-commit weight (lambda)")
+	f.Float64Var(&cfg.Rewards.F1Scale, "f1-scale", cfg.Rewards.F1Scale, "terminal F1 scale")
+	f.StringVar(&cfg.Rewards.Discovery, "discovery", cfg.Rewards.Discovery, "surfaced (what tools returned) or reference (mentions anywhere)")
+	f.BoolVar(&cfg.Rewards.TerminalOnly, "terminal-only", false, "reward only the last step (F1 term)")
+	f.BoolVar(&cfg.KeepUnsuccessful, "keep-unsuccessful", false, "turn off the trainer filter (trajectories that never surfaced a gold file)")
+	return cmd
+}
+
+func printDiagnostics(e *env, d learner.Diagnostics) {
+	fmt.Fprintf(e.stdout, "%d trajectories, %d labelled, %d steps\n", d.Trajectories, d.Labeled, d.Steps)
+	fmt.Fprintf(e.stdout, "advantage mean %+.4f std %.4f; file discovery-commit gap %.4f\n", d.AdvantageMean, d.AdvantageStd, d.DCGapFile)
+	var cov []string
+	for k, c := range d.Coverage {
+		cov = append(cov, fmt.Sprintf("k=%d %.3f", k, c))
+	}
+	fmt.Fprintf(e.stdout, "group coverage: %s\n", strings.Join(cov, ", "))
+	fmt.Fprintf(e.stdout, "advantage histogram [-2,2] by 0.25: %v\nweight histogram [0,3] by 0.25: %v\n", d.AdvantageHistogram, d.WeightHistogram)
+}
