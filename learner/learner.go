@@ -209,3 +209,54 @@ func ShardRow(lt Labeled, keepUnsuccessful bool) (schema.ShardRow, bool) {
 		DC: schema.LevelStats{File: lt.Labels.DC[0], Module: lt.Labels.DC[1], Entity: lt.Labels.DC[2]},
 	}, true
 }
+
+// SFTRows selects teacher trajectories for the supervised warm-up, as the
+// paper: per instance, among trajectories whose answer matches the gold
+// (leniently) at every level with gold, the one with the highest file
+// discovery recall, ties to the fewest steps; every assistant turn gets
+// weight 1.
+func SFTRows(res *Result) []schema.ShardRow {
+	best := map[string]int{}
+	var order []string
+	for i, lt := range res.Trajectories {
+		if lt.Skipped != "" || !matchesEveryLevel(lt) {
+			continue
+		}
+		id := lt.Trajectory.InstanceID
+		j, seen := best[id]
+		if !seen {
+			order = append(order, id)
+			best[id] = i
+			continue
+		}
+		cur := res.Trajectories[j]
+		if lt.Labels.Recall[rewards.File] > cur.Labels.Recall[rewards.File] ||
+			lt.Labels.Recall[rewards.File] == cur.Labels.Recall[rewards.File] && len(lt.Trajectory.Turns) < len(cur.Trajectory.Turns) {
+			best[id] = i
+		}
+	}
+	var rows []schema.ShardRow
+	for _, id := range order {
+		lt := res.Trajectories[best[id]]
+		ones := make([]float64, len(lt.Trajectory.Turns))
+		for i := range ones {
+			ones[i] = 1
+		}
+		lt.Weights = ones
+		if row, ok := ShardRow(lt, true); ok {
+			rows = append(rows, row)
+		}
+	}
+	return rows
+}
+
+// matchesEveryLevel: at least one lenient match at each level (an F1
+// above zero implies one).
+func matchesEveryLevel(lt Labeled) bool {
+	for _, f1 := range lt.Labels.F1 {
+		if f1 == 0 {
+			return false
+		}
+	}
+	return true
+}

@@ -161,3 +161,26 @@ func TestLabelsAndSweep(t *testing.T) {
 		t.Errorf("sweep rows %+v", rows)
 	}
 }
+
+func TestSFTRowsPickTheBestTeacher(t *testing.T) {
+	long := traj(0, schema.StatusOK, true, "read")
+	short := traj(1, schema.StatusOK, true, "read")
+	short.Turns = append(short.Turns[:1], short.Turns[2]) // same recall, fewer steps
+	for _, tr := range []*schema.Trajectory{&long, &short} {
+		tr.Predictions = schema.Locations{Files: []string{"a/x.py"}, Modules: []string{"a/x.py:C"}, Entities: []string{"a/x.py:C.m"}}
+	}
+	noEntity := traj(2, schema.StatusOK, true, "read") // answers the file only: no match at module/entity level
+	res, err := Process([]schema.Trajectory{long, short, noEntity}, gold, DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := SFTRows(res)
+	if len(rows) != 1 || rows[0].Sample != 1 {
+		t.Fatalf("rows = %+v; want the shorter successful trajectory", rows)
+	}
+	for _, w := range rows[0].Weights {
+		if w != 1 {
+			t.Errorf("SFT weights must be 1: %v", rows[0].Weights)
+		}
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 
 	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/apache/arrow-go/v18/parquet"
@@ -167,4 +168,37 @@ func ReadTrajectoryDir(dir string) ([]Trajectory, error) {
 		}
 	}
 	return all, nil
+}
+
+// ExportJSONL writes every row of an Arrow IPC stream (trajectories) or a
+// Parquet file (shards and other tables) as one JSON object per line, all
+// columns included; it returns the number of rows. The format is detected
+// from the file's first bytes.
+func ExportJSONL(path string, w io.Writer) (int, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	magic := make([]byte, 4)
+	if _, err := io.ReadFull(f, magic); err != nil {
+		return 0, fmt.Errorf("%s: too short to be Arrow or Parquet: %w", path, err)
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return 0, err
+	}
+	rows := 0
+	write := func(rec arrow.RecordBatch) error {
+		rows += int(rec.NumRows())
+		return array.RecordToJSON(rec, w)
+	}
+	switch {
+	case string(magic) == "PAR1":
+		err = ReadParquet(f, write)
+	case string(magic) == "\xff\xff\xff\xff":
+		err = ReadIPC(f, write)
+	default:
+		return 0, fmt.Errorf("%s is neither an Arrow IPC stream nor a Parquet file", path)
+	}
+	return rows, err
 }

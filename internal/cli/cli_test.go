@@ -262,4 +262,22 @@ func TestReplayWritesShards(t *testing.T) {
 	if code, _, _ := run(t, "replay", "--archive", loc, "--gold", gt, "--out", shards, "--mode", "median"); code != exitUsage {
 		t.Errorf("bad --mode: exit %d", code)
 	}
+	if code, stdout, _ := run(t, "replay", "--archive", filepath.Join(loc, "trajectories"), "--gold", gt,
+		"--out", filepath.Join(t.TempDir(), "sft"), "--sft"); code != 0 || !strings.Contains(stdout, "shard files") {
+		t.Errorf("replay --sft: exit %d\n%s", code, stdout)
+	}
+	jsonl := filepath.Join(t.TempDir(), "shard.jsonl")
+	if code, stdout, errOut := run(t, "export", "--in", filepath.Join(shards, "shard-00000.parquet"), "--out", jsonl); code != 0 || !strings.Contains(stdout, "rows written") {
+		t.Fatalf("export shard: exit %d %s %s", code, stdout, errOut)
+	}
+	entries, _ := os.ReadDir(filepath.Join(loc, "trajectories"))
+	code, stdout, _ = run(t, "export", "--in", filepath.Join(loc, "trajectories", entries[0].Name()), "--out", "-")
+	first, _, _ := strings.Cut(stdout, "\n")
+	var row map[string]any
+	if code != 0 || json.Unmarshal([]byte(first), &row) != nil || row["job_id"] == nil || row["action_key"] == nil {
+		t.Errorf("export trajectory: exit %d, first line %.200s", code, first)
+	}
+	if code, _, _ := run(t, "export", "--in", gt, "--out", "-"); code != exitError {
+		t.Errorf("exporting a JSONL file: exit %d, want a clear failure", code)
+	}
 }

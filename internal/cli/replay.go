@@ -18,6 +18,7 @@ func newReplayCmd(e *env) *cobra.Command {
 	cfg := learner.DefaultConfig()
 	var archive, goldPath, out, labelsPath, sweep string
 	var maxRows int
+	var sft bool
 	cmd := &cobra.Command{
 		Use:   "replay --archive DIR --gold GT.jsonl --out SHARDS",
 		Short: "Recompute rewards, advantages and training shards from archived trajectories",
@@ -89,20 +90,27 @@ group coverage and advantage statistics for several history lengths.`,
 			}
 			w, err := shard.NewWriter(shard.Config{Dir: out, MaxRows: maxRows, Params: map[string]any{
 				"rewards": cfg.Rewards, "advantage": cfg.Advantage, "keep_unsuccessful": cfg.KeepUnsuccessful,
-				"archive": archive, "gold": goldPath, "code_version": version(), "diagnostics": res.Diagnostics,
+				"archive": archive, "gold": goldPath, "code_version": version(), "diagnostics": res.Diagnostics, "sft": sft,
 			}})
 			if err != nil {
 				return err
 			}
-			kept := 0
-			for _, lt := range res.Trajectories {
-				if row, ok := learner.ShardRow(lt, cfg.KeepUnsuccessful); ok {
-					kept++
-					if err := w.Add(row); err != nil {
-						return err
+			var rows []schema.ShardRow
+			if sft {
+				rows = learner.SFTRows(res)
+			} else {
+				for _, lt := range res.Trajectories {
+					if row, ok := learner.ShardRow(lt, cfg.KeepUnsuccessful); ok {
+						rows = append(rows, row)
 					}
 				}
 			}
+			for _, row := range rows {
+				if err := w.Add(row); err != nil {
+					return err
+				}
+			}
+			kept := len(rows)
 			m, err := w.Close()
 			if err != nil {
 				return err
@@ -134,6 +142,7 @@ group coverage and advantage statistics for several history lengths.`,
 	f.StringVar(&cfg.Rewards.Discovery, "discovery", cfg.Rewards.Discovery, "surfaced (what tools returned) or reference (mentions anywhere)")
 	f.BoolVar(&cfg.Rewards.TerminalOnly, "terminal-only", false, "reward only the last step (F1 term)")
 	f.BoolVar(&cfg.KeepUnsuccessful, "keep-unsuccessful", false, "turn off the trainer filter (trajectories that never surfaced a gold file)")
+	f.BoolVar(&sft, "sft", false, "write supervised warm-up shards: per instance the best teacher trajectory matching the gold at every level, weight 1")
 	return cmd
 }
 
