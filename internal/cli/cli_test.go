@@ -262,8 +262,8 @@ func TestReplayWritesShards(t *testing.T) {
 	if code, _, _ := run(t, "replay", "--archive", loc, "--gold", gt, "--out", shards, "--mode", "median"); code != exitUsage {
 		t.Errorf("bad --mode: exit %d", code)
 	}
-	if code, stdout, _ := run(t, "replay", "--archive", filepath.Join(loc, "trajectories"), "--gold", gt,
-		"--out", filepath.Join(t.TempDir(), "sft"), "--sft"); code != 0 || !strings.Contains(stdout, "shard files") {
+	if code, stdout, _ := run(t, "replay", "--archive", filepath.Join(loc, "trajectories"), "--dataset", filepath.Join(dir, "dataset.jsonl"),
+		"--repos", filepath.Join(dir, "repos"), "--out", filepath.Join(t.TempDir(), "sft"), "--sft"); code != 0 || !strings.Contains(stdout, "shard files") {
 		t.Errorf("replay --sft: exit %d\n%s", code, stdout)
 	}
 	jsonl := filepath.Join(t.TempDir(), "shard.jsonl")

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"strconv"
@@ -8,7 +9,9 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/a2farm/a2farm/coordinator"
 	"github.com/a2farm/a2farm/internal/atomicfile"
+	"github.com/a2farm/a2farm/internal/gold"
 	"github.com/a2farm/a2farm/learner"
 	"github.com/a2farm/a2farm/learner/shard"
 	"github.com/a2farm/a2farm/schema"
@@ -16,7 +19,7 @@ import (
 
 func newReplayCmd(e *env) *cobra.Command {
 	cfg := learner.DefaultConfig()
-	var archive, goldPath, out, labelsPath, sweep string
+	var archive, goldPath, out, labelsPath, sweep, datasetPath, reposDir string
 	var maxRows int
 	var sft bool
 	cmd := &cobra.Command{
@@ -29,9 +32,9 @@ shards with a manifest — no new rollouts. Infrastructure failures are left out
 group. --labels writes per-turn and per-trajectory labels as JSON lines; --sweep-H prints
 group coverage and advantage statistics for several history lengths.`,
 		Args: cobra.NoArgs,
-		RunE: func(*cobra.Command, []string) error {
-			if archive == "" || goldPath == "" || (out == "" && labelsPath == "" && sweep == "") {
-				return usagef("--archive, --gold and one of --out, --labels or --sweep-H are required")
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if archive == "" || (goldPath == "") == (datasetPath == "") || (out == "" && labelsPath == "" && sweep == "") {
+				return usagef("--archive, one of --gold or --dataset (with --repos), and one of --out, --labels or --sweep-H are required")
 			}
 			if err := cfg.Rewards.Validate(); err != nil {
 				return &usageError{err}
@@ -43,7 +46,12 @@ group coverage and advantage statistics for several history lengths.`,
 			if err != nil {
 				return err
 			}
-			golds, err := readFile(goldPath, schema.ReadGold)
+			var golds []schema.Gold
+			if goldPath != "" {
+				golds, err = readFile(goldPath, schema.ReadGold)
+			} else {
+				golds, err = extractGold(cmd.Context(), e, datasetPath, reposDir)
+			}
 			if err != nil {
 				return err
 			}
@@ -122,6 +130,8 @@ group coverage and advantage statistics for several history lengths.`,
 	f := cmd.Flags()
 	f.StringVar(&archive, "archive", "", "trajectories folder (*.arrow)")
 	f.StringVar(&goldPath, "gold", "", "gt_location.jsonl")
+	f.StringVar(&datasetPath, "dataset", "", "instead of --gold: extract gold from this dataset's patches (needs --repos)")
+	f.StringVar(&reposDir, "repos", envOr("A2FARM_REPOS", ""), "repositories for --dataset (env A2FARM_REPOS)")
 	f.StringVar(&out, "out", "", "shard folder to write")
 	f.StringVar(&labelsPath, "labels", "", "write per-turn and per-trajectory labels as JSON lines")
 	f.StringVar(&sweep, "sweep-H", "", "comma-separated history lengths to compare, e.g. 0,1,2,3,4")
@@ -155,4 +165,21 @@ func printDiagnostics(e *env, d learner.Diagnostics) {
 	}
 	fmt.Fprintf(e.stdout, "group coverage: %s\n", strings.Join(cov, ", "))
 	fmt.Fprintf(e.stdout, "advantage histogram [-2,2] by 0.25: %v\nweight histogram [0,3] by 0.25: %v\n", d.AdvantageHistogram, d.WeightHistogram)
+}
+
+// extractGold runs the gold extraction on a dataset, as a2farm gold does.
+func extractGold(ctx context.Context, e *env, datasetPath, reposDir string) ([]schema.Gold, error) {
+	if reposDir == "" {
+		return nil, usagef("--dataset needs --repos")
+	}
+	report, err := coordinator.RunGold(ctx, coordinator.GoldConfig{Dataset: datasetPath, ReposDir: reposDir,
+		MaxEditFiles: gold.DefaultMaxEditFiles, Log: e.log})
+	if err != nil {
+		return nil, err
+	}
+	golds := make([]schema.Gold, len(report.Rows))
+	for i, r := range report.Rows {
+		golds[i] = r.Gold
+	}
+	return golds, nil
 }

@@ -1,0 +1,75 @@
+package learner
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/a2farm/a2farm/learner/shard"
+	"github.com/a2farm/a2farm/schema"
+)
+
+// synthetic makes instances × samples trajectories of turns steps each,
+// with actions from a small vocabulary (so history groups form) and
+// surfaced ids that sometimes hit the gold.
+func synthetic(instances, samples, turns int) ([]schema.Trajectory, map[string]schema.Locations) {
+	rng := rand.New(rand.NewPCG(7, 7))
+	gold := map[string]schema.Locations{}
+	var trs []schema.Trajectory
+	actions := []string{"search_a", "search_b", "read_x", "read_y", "tree_up", "tree_down"}
+	for i := range instances {
+		id := fmt.Sprintf("o__r-%d", i)
+		file := fmt.Sprintf("pkg/m%d.py", i%50)
+		gold[id] = schema.Locations{Files: []string{file}, Modules: []string{file + ":C"}, Entities: []string{file + ":C.f"}}
+		for s := range samples {
+			tr := schema.Trajectory{JobID: schema.JobID("r", 0, id, int64(s)), InstanceID: id, Sample: int64(s), Status: schema.StatusOK,
+				SystemPrompt: "system", TaskPrompt: "task for " + id, ToolsJSON: "[]",
+				Predictions: schema.Locations{Files: []string{file}, Entities: []string{file + ":C.f"}}}
+			for t := range turns {
+				turn := schema.Turn{Index: int64(t), ToolName: "tool", ToolArgs: "{}", ActionKey: actions[rng.IntN(len(actions))],
+					AssistantContent: "thinking", Observation: "OBSERVATION:\nsome text " + id}
+				if rng.IntN(4) == 0 {
+					turn.Surfaced = schema.Locations{Files: []string{file}, Modules: []string{file + ":C"}, Entities: []string{file + ":C.f"}}
+				}
+				tr.Turns = append(tr.Turns, turn)
+			}
+			trs = append(trs, tr)
+		}
+	}
+	return trs, gold
+}
+
+// BenchmarkReplay runs the learner (rewards, advantages, shard rows and
+// Parquet shards) over 100,000 synthetic turns per iteration and reports
+// turns per minute.
+func BenchmarkReplay(b *testing.B) {
+	trs, gold := synthetic(1250, 8, 10) // 100,000 turns
+	turns := 0
+	for _, tr := range trs {
+		turns += len(tr.Turns)
+	}
+	b.ResetTimer()
+	for b.Loop() {
+		res, err := Process(trs, gold, DefaultConfig())
+		if err != nil {
+			b.Fatal(err)
+		}
+		w, err := shard.NewWriter(shard.Config{Dir: b.TempDir()})
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, lt := range res.Trajectories {
+			if row, ok := ShardRow(lt, false); ok {
+				if err := w.Add(row); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+		if _, err := w.Close(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	perOp := b.Elapsed().Seconds() / float64(b.N)
+	b.ReportMetric(float64(turns)/perOp*60, "turns/min")
+	b.ReportMetric(float64(turns), "turns/op")
+}
