@@ -112,6 +112,8 @@ func TestImportRules(t *testing.T) {
 				continue
 			}
 			switch {
+			case under(imp, "internal/natstest"): // only non-test files are loaded here
+				t.Errorf("%s imports %s: the embedded test server is for tests only", p.path, imp)
 			case under(imp, "internal/cli") && p.path != module+"/cmd/a2farm":
 				t.Errorf("%s imports %s: only cmd/a2farm may import the CLI", p.path, imp)
 			case under(p.path, "internal") && !under(p.path, "internal/cli") &&
