@@ -144,6 +144,9 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Bus, error)
 	return b, nil
 }
 
+// HeartbeatTTL is how long a worker's heartbeat lives.
+func (b *Bus) HeartbeatTTL() time.Duration { return b.cfg.HeartbeatTTL }
+
 // subjectToken makes a run id safe inside a subject.
 func subjectToken(s string) string {
 	return strings.NewReplacer(".", "_", " ", "_", "*", "_", ">", "_").Replace(s)

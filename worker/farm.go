@@ -1,0 +1,307 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/a2farm/a2farm/internal/bus"
+	"github.com/a2farm/a2farm/internal/gitrepo"
+	"github.com/a2farm/a2farm/schema"
+	"github.com/a2farm/a2farm/worker/agent"
+	"github.com/a2farm/a2farm/worker/repoindex"
+	"github.com/a2farm/a2farm/worker/tools"
+)
+
+// Config configures a farm worker.
+type Config struct {
+	Bus   *bus.Bus
+	Repos *gitrepo.Set
+	Model agent.Model
+	Agent agent.Config
+	Index repoindex.BuildOptions
+	// Concurrency bounds episodes in flight (default 32: the policy is
+	// remote I/O).
+	Concurrency int
+	// Grace is how long in-flight episodes may run after a stop request
+	// before they are cancelled and their jobs handed back (default 30 s).
+	Grace    time.Duration
+	WorkerID string
+	Version  string
+	Log      zerolog.Logger
+	// Hooks for tests; nil in production.
+	OnJobStarted func(jobID string)
+	OnJobSettled func(jobID string, outcome string)
+}
+
+func (c *Config) validate() error {
+	if c.Bus == nil || c.Repos == nil || c.Model == nil {
+		return errors.New("worker: a bus, repositories and a model are required")
+	}
+	if c.Concurrency < 0 || c.Grace < 0 {
+		return errors.New("worker: concurrency and grace must not be negative")
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = 32
+	}
+	if c.Grace == 0 {
+		c.Grace = 30 * time.Second
+	}
+	if c.WorkerID == "" {
+		host, _ := os.Hostname()
+		c.WorkerID = fmt.Sprintf("%s-%d", host, os.Getpid())
+	}
+	return nil
+}
+
+// Heartbeat is what a worker reports in the workers bucket.
+type Heartbeat struct {
+	ID       string    `json:"id"`
+	Host     string    `json:"host"`
+	Active   int       `json:"active"`
+	Capacity int       `json:"capacity"`
+	Done     int64     `json:"done"`
+	Version  string    `json:"version"`
+	Updated  time.Time `json:"updated"`
+}
+
+// Run pulls jobs until ctx is cancelled, then stops in two phases: it
+// stops pulling, lets running episodes finish for the grace period, and
+// then cancels them and hands their jobs back (Nak) for another worker.
+func Run(ctx context.Context, cfg Config) error {
+	if err := cfg.validate(); err != nil {
+		return err
+	}
+	w := &farmWorker{cfg: cfg, indexes: map[string]*indexEntry{}}
+	// Episodes run under their own context, cancelled only after the
+	// grace period, so that a stop request does not cut them short.
+	workCtx, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelWork()
+	slots := make(chan struct{}, cfg.Concurrency)
+	var wg sync.WaitGroup
+	hbDone := make(chan struct{})
+	go w.heartbeat(ctx, hbDone)
+	for ctx.Err() == nil {
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			continue
+		}
+		msg, err := cfg.Bus.Consumer.Next(jetstream.FetchMaxWait(2 * time.Second))
+		if err != nil {
+			<-slots
+			if errors.Is(err, jetstream.ErrNoMessages) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) {
+				continue
+			}
+			if ctx.Err() != nil {
+				break
+			}
+			cfg.Log.Warn().Err(err).Msg("pull failed; retrying")
+			time.Sleep(time.Second)
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-slots }()
+			w.handle(workCtx, msg)
+		}()
+	}
+	// Phase two: wait for the grace period, then cancel what still runs.
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(cfg.Grace):
+		cfg.Log.Warn().Msg("grace period over; cancelling running episodes and handing their jobs back")
+		cancelWork()
+		<-done
+	}
+	<-hbDone
+	w.closeIndexes()
+	return nil
+}
+
+type farmWorker struct {
+	cfg     Config
+	mu      sync.Mutex
+	active  int
+	done    int64
+	indexes map[string]*indexEntry
+}
+
+type indexEntry struct {
+	ready chan struct{}
+	idx   *repoindex.Index
+	err   error
+	refs  int
+}
+
+// index returns the shared index of a snapshot, building it once; release
+// drops the reference and closes the index when no episode uses it.
+func (w *farmWorker) index(ctx context.Context, repo, commit string) (*repoindex.Index, func(), error) {
+	key := repo + "@" + commit
+	w.mu.Lock()
+	e, ok := w.indexes[key]
+	if !ok {
+		e = &indexEntry{ready: make(chan struct{})}
+		w.indexes[key] = e
+		go func() {
+			e.idx, e.err = repoindex.Build(ctx, w.cfg.Repos, repo, commit, w.cfg.Index)
+			close(e.ready)
+		}()
+	}
+	e.refs++
+	w.mu.Unlock()
+	<-e.ready
+	release := func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		e.refs--
+		if e.refs == 0 {
+			delete(w.indexes, key)
+			if e.idx != nil {
+				e.idx.Close()
+			}
+		}
+	}
+	if e.err != nil {
+		release()
+		return nil, nil, e.err
+	}
+	return e.idx, release, nil
+}
+
+func (w *farmWorker) closeIndexes() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for key, e := range w.indexes {
+		<-e.ready
+		if e.idx != nil {
+			e.idx.Close()
+		}
+		delete(w.indexes, key)
+	}
+}
+
+// handle runs one job and settles its message by the outcome.
+func (w *farmWorker) handle(ctx context.Context, msg jetstream.Msg) {
+	w.mu.Lock()
+	w.active++
+	w.mu.Unlock()
+	defer func() {
+		w.mu.Lock()
+		w.active--
+		w.done++
+		w.mu.Unlock()
+	}()
+	job, err := bus.DecodeJob(msg)
+	if err == nil && w.cfg.OnJobStarted != nil {
+		w.cfg.OnJobStarted(job.JobID)
+	}
+	if err != nil {
+		err = Permanent(err)
+	} else {
+		err = w.runJob(ctx, job, msg)
+	}
+	outcome := "ack"
+	switch f, delay := decide(err); f {
+	case fateAck:
+		err = msg.DoubleAck(context.WithoutCancel(ctx))
+	case fateTerm:
+		outcome = "term"
+		w.cfg.Log.Error().Err(err).Str("job", job.JobID).Msg("terminating a job that cannot succeed")
+		err = msg.TermWithReason(err.Error())
+	case fateNakDelay:
+		outcome = "nak"
+		w.cfg.Log.Warn().Err(err).Str("job", job.JobID).Msg("handing the job back")
+		err = msg.NakWithDelay(delay)
+	default:
+		outcome = "nak"
+		w.cfg.Log.Warn().Err(err).Str("job", job.JobID).Msg("handing the job back")
+		err = msg.Nak()
+	}
+	if err != nil {
+		w.cfg.Log.Warn().Err(err).Str("job", job.JobID).Msg("settling the message failed; it will be redelivered")
+	}
+	if w.cfg.OnJobSettled != nil {
+		w.cfg.OnJobSettled(job.JobID, outcome)
+	}
+}
+
+// runJob plays the episode and publishes its trajectory; the caller acks
+// only after this returns nil, so a trajectory is durable before its job
+// leaves the queue.
+func (w *farmWorker) runJob(ctx context.Context, job schema.Job, msg jetstream.Msg) error {
+	idx, release, err := w.index(ctx, job.Repo, job.BaseCommit)
+	if err != nil {
+		if errors.Is(err, gitrepo.ErrNotFound) {
+			return Permanent(fmt.Errorf("snapshot %s@%s: %w", job.Repo, job.BaseCommit, err))
+		}
+		return RetryAfter(err, 10*time.Second)
+	}
+	defer release()
+	set, err := tools.New(idx, tools.Options{Enabled: job.Tools, ProblemStatement: job.ProblemStatement})
+	if err != nil {
+		return Permanent(err)
+	}
+	cfg := w.cfg.Agent
+	if job.Limits.MaxToolCalls > 0 {
+		cfg.MaxToolCalls = int(job.Limits.MaxToolCalls)
+	}
+	if job.Limits.MaxContextTokens > 0 {
+		cfg.MaxContextTokens = int(job.Limits.MaxContextTokens)
+	}
+	if job.Limits.WallTimeSeconds > 0 {
+		cfg.WallTime = time.Duration(job.Limits.WallTimeSeconds) * time.Second
+	}
+	tr, err := agent.Run(ctx, cfg, agent.Episode{Job: job, Tools: set, Graph: idx.Graph, Model: w.cfg.Model,
+		OnTurn: func(schema.Turn) { _ = msg.InProgress() }})
+	if err != nil {
+		return err // cancelled: hand the job back
+	}
+	tr.WorkerID = w.cfg.WorkerID
+	if err := w.cfg.Bus.PublishTrajectory(context.WithoutCancel(ctx), tr); err != nil {
+		return RetryAfter(err, 5*time.Second)
+	}
+	return nil
+}
+
+// heartbeat reports the worker's load until ctx ends, then removes it.
+func (w *farmWorker) heartbeat(ctx context.Context, done chan<- struct{}) {
+	defer close(done)
+	host, _ := os.Hostname()
+	every := max(time.Second, w.cfg.Bus.HeartbeatTTL()/3)
+	put := func(c context.Context) {
+		w.mu.Lock()
+		hb := Heartbeat{ID: w.cfg.WorkerID, Host: host, Active: w.active, Capacity: w.cfg.Concurrency, Done: w.done,
+			Version: w.cfg.Version, Updated: time.Now().UTC()}
+		w.mu.Unlock()
+		data, _ := json.Marshal(hb)
+		if _, err := w.cfg.Bus.Workers.Put(c, w.cfg.WorkerID, data); err != nil {
+			w.cfg.Log.Debug().Err(err).Msg("heartbeat failed")
+		}
+	}
+	put(ctx)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			put(ctx)
+		case <-ctx.Done():
+			c, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			_ = w.cfg.Bus.Workers.Delete(c, w.cfg.WorkerID)
+			cancel()
+			return
+		}
+	}
+}

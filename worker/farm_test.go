@@ -1,0 +1,118 @@
+package worker
+
+import (
+	"context"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/a2farm/a2farm/internal/bus"
+	"github.com/a2farm/a2farm/internal/gitrepo"
+	"github.com/a2farm/a2farm/internal/natstest"
+	"github.com/a2farm/a2farm/internal/sample"
+	"github.com/a2farm/a2farm/schema"
+	"github.com/a2farm/a2farm/worker/policy"
+)
+
+// TestFarmWorkersRunEveryJobOnce publishes issue × N jobs, runs three
+// workers against one embedded JetStream server and checks that every job
+// yields exactly one trajectory and the queue drains.
+func TestFarmWorkersRunEveryJobOnce(t *testing.T) {
+	_, js := natstest.New(t)
+	ctx := context.Background()
+	b, err := bus.Open(ctx, js, bus.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := sample.Write(filepath.Join(t.TempDir(), "sample"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const samples = 4
+	want := map[string]bool{}
+	for _, inst := range l.Instances {
+		for s := range int64(samples) {
+			job := schema.Job{JobID: schema.JobID("run1", 0, inst.InstanceID, s), RunID: "run1", InstanceID: inst.InstanceID,
+				Repo: inst.Repo, BaseCommit: inst.BaseCommit, ProblemStatement: inst.ProblemStatement, Sample: s, Seed: 3,
+				Policy: schema.Policy{Kind: "heuristic"}}
+			want[job.JobID] = true
+			for range 2 { // a restarted coordinator republishing is harmless
+				if err := b.PublishJob(ctx, job); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	// A job for a repository nobody has is terminated, not retried.
+	if err := b.PublishJob(ctx, schema.Job{JobID: "run1/0/ghost/0", RunID: "run1", InstanceID: "ghost", Repo: "no/such", BaseCommit: "abc1234"}); err != nil {
+		t.Fatal(err)
+	}
+
+	runCtx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	outcomes := map[string]string{}
+	for i := range 3 {
+		repos := gitrepo.NewSet(l.ReposDir)
+		defer repos.Close()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := Run(runCtx, Config{Bus: b, Repos: repos, Model: policy.Heuristic{}, Concurrency: 4,
+				WorkerID: string(rune('a' + i)), Log: zerolog.Nop(),
+				OnJobSettled: func(id, outcome string) { mu.Lock(); outcomes[id] = outcome; mu.Unlock() }})
+			if err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+
+	cons, err := js.OrderedConsumer(ctx, bus.TrajStream, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int{}
+	deadline := time.Now().Add(60 * time.Second)
+	for len(got) < len(want) && time.Now().Before(deadline) {
+		msg, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
+		if err != nil {
+			continue
+		}
+		tr, err := b.DecodeTrajectory(ctx, msg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got[tr.JobID]++
+		if tr.Status != schema.StatusOK || tr.WorkerID == "" || len(tr.Turns) == 0 {
+			t.Errorf("trajectory %s: status %s worker %q turns %d", tr.JobID, tr.Status, tr.WorkerID, len(tr.Turns))
+		}
+	}
+	if keys, err := b.Workers.Keys(ctx); err != nil || len(keys) != 3 {
+		t.Errorf("live workers = %v, %v; want 3 heartbeats", keys, err)
+	}
+	stop()
+	wg.Wait()
+
+	for id := range want {
+		if got[id] != 1 {
+			t.Errorf("job %s produced %d trajectories", id, got[id])
+		}
+	}
+	if info, err := b.Traj.Info(ctx); err != nil || info.State.Msgs != uint64(len(want)) {
+		t.Errorf("trajectory log holds %v messages, want %d (%v)", info.State.Msgs, len(want), err)
+	}
+	pending, inFlight, err := b.QueueDepth(ctx)
+	if err != nil || pending != 0 || inFlight != 0 {
+		t.Errorf("queue depth %d+%d after the run (%v)", pending, inFlight, err)
+	}
+	if outcomes["run1/0/ghost/0"] != "term" {
+		t.Errorf("the unknown repository's job ended with %q, want term", outcomes["run1/0/ghost/0"])
+	}
+	if keys, _ := b.Workers.Keys(ctx); len(keys) != 0 {
+		t.Errorf("stopped workers still heartbeat: %v", keys)
+	}
+}
