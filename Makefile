@@ -17,7 +17,12 @@ build: ## build bin/a2farm
 	$(GO) build -o $(BIN) ./cmd/a2farm
 
 .PHONY: run
-run: build ## the embedded demo: sample, gold, indexes, a tool call, heuristic rollouts, evaluation, training shards
+run: build ## the embedded farm: NATS, coordinator, workers and learner on the built-in sample (a2farm up)
+	rm -rf $(RUN_DIR)/up
+	$(BIN) up --out $(RUN_DIR)/up
+
+.PHONY: demo
+demo: build ## the pieces one by one: sample, gold, indexes, a tool call, localize, eval, replay
 	rm -rf $(RUN_DIR)/sample
 	$(BIN) sample --out $(RUN_DIR)/sample
 	$(BIN) gold --dataset $(RUN_DIR)/sample/dataset.jsonl --repos $(RUN_DIR)/sample/repos --out $(RUN_DIR)/sample/gt_location.jsonl

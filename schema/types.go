@@ -243,3 +243,18 @@ type LocOutput struct {
 	Entities   []string `json:"found_entities"`
 	RawOutput  string   `json:"raw_output"`
 }
+
+// RunManifest is stored in the runs bucket for each run iteration: what
+// the run asked for, so that workers, the learner and status agree on it.
+type RunManifest struct {
+	RunID     string               `json:"run_id"`
+	Iteration int64                `json:"iteration"`
+	Samples   int                  `json:"samples"`
+	Instances []string             `json:"instances"`
+	Expected  int                  `json:"expected_jobs"`
+	Gold      map[string]Locations `json:"gold"`
+	Policy    Policy               `json:"policy"`
+	Sampling  Sampling             `json:"sampling"`
+	Limits    Limits               `json:"limits"`
+	Created   time.Time            `json:"created"`
+}

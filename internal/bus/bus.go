@@ -144,8 +144,51 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Bus, error)
 	return b, nil
 }
 
+// runKey is the runs-bucket key of a run iteration.
+func runKey(runID string, iteration int64) string {
+	return fmt.Sprintf("%s.%d", subjectToken(runID), iteration)
+}
+
+// PutRun stores a run manifest.
+func (b *Bus) PutRun(ctx context.Context, m *schema.RunManifest) error {
+	data, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	if _, err := b.Runs.Put(ctx, runKey(m.RunID, m.Iteration), data); err != nil {
+		return fmt.Errorf("store run manifest: %w", err)
+	}
+	return nil
+}
+
+// GetRun reads a run manifest.
+func (b *Bus) GetRun(ctx context.Context, runID string, iteration int64) (*schema.RunManifest, error) {
+	e, err := b.Runs.Get(ctx, runKey(runID, iteration))
+	if err != nil {
+		return nil, fmt.Errorf("run %s iteration %d: %w", runID, iteration, err)
+	}
+	var m schema.RunManifest
+	if err := json.Unmarshal(e.Value(), &m); err != nil {
+		return nil, fmt.Errorf("run %s iteration %d: %w", runID, iteration, err)
+	}
+	return &m, nil
+}
+
 // HeartbeatTTL is how long a worker's heartbeat lives.
 func (b *Bus) HeartbeatTTL() time.Duration { return b.cfg.HeartbeatTTL }
+
+// Token makes a run id safe inside a subject or bucket key.
+func Token(s string) string { return subjectToken(s) }
+
+// SubjectsFilter asks stream info for the per-subject counts of the
+// trajectories of one run iteration.
+func SubjectsFilter(runID string, iteration int64) jetstream.StreamInfoOpt {
+	return jetstream.WithSubjectFilter(trajSubject(runID, iteration))
+}
+
+func trajSubject(runID string, iteration int64) string {
+	return fmt.Sprintf("%s%s.%d", trajPrefix, subjectToken(runID), iteration)
+}
 
 // subjectToken makes a run id safe inside a subject.
 func subjectToken(s string) string {
@@ -188,7 +231,7 @@ func (b *Bus) PublishTrajectory(ctx context.Context, tr schema.Trajectory) error
 	if err := schema.WriteIPC(&buf, schema.TrajectorySchema(), rec); err != nil {
 		return err
 	}
-	msg := &nats.Msg{Subject: trajPrefix + subjectToken(tr.RunID), Header: nats.Header{}}
+	msg := &nats.Msg{Subject: trajSubject(tr.RunID, tr.Iteration), Header: nats.Header{}}
 	msg.Header.Set(jetstream.MsgIDHeader, tr.JobID)
 	if buf.Len() > b.cfg.MaxMsgSize {
 		key := "traj/" + tr.JobID

@@ -10,8 +10,13 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/apache/arrow-go/v18/arrow"
+
+	"github.com/a2farm/a2farm/schema"
 )
 
 func run(t *testing.T, args ...string) (code int, stdout, stderr string) {
@@ -280,4 +285,80 @@ func TestReplayWritesShards(t *testing.T) {
 	if code, _, _ := run(t, "export", "--in", gt, "--out", "-"); code != exitError {
 		t.Errorf("exporting a JSONL file: exit %d, want a clear failure", code)
 	}
+}
+
+// TestUpMatchesReplay runs the whole farm in process (embedded NATS, two
+// workers, the learner) on the sample, then checks that every job has one
+// archived trajectory and that the learner's shards hold exactly what
+// replay computes from the archive.
+func TestUpMatchesReplay(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "up")
+	code, stdout, errOut := run(t, "up", "--out", out, "--run", "e2e", "--samples", "3", "--workers", "3", "--concurrency", "2")
+	if code != 0 || !strings.Contains(stdout, "18 trajectories archived") {
+		t.Fatalf("up: exit %d\n%s\n%s", code, stdout, errOut)
+	}
+	archive := filepath.Join(out, "learner", "archive", "e2e", "0")
+	trs, err := schema.ReadTrajectoryDir(filepath.Join(archive, "*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]int{}
+	for _, tr := range trs {
+		seen[tr.JobID]++
+	}
+	if len(seen) != 18 {
+		t.Errorf("%d distinct jobs archived, want 18", len(seen))
+	}
+	// Replay the archive with the same (default) hyperparameters.
+	gt := filepath.Join(t.TempDir(), "gt.jsonl")
+	if code, _, errOut := run(t, "gold", "-q", "--dataset", filepath.Join(out, "sample", "dataset.jsonl"),
+		"--repos", filepath.Join(out, "sample", "repos"), "--out", gt); code != 0 {
+		t.Fatalf("gold: %s", errOut)
+	}
+	flat := filepath.Join(t.TempDir(), "flat")
+	os.MkdirAll(flat, 0o755)
+	entries, _ := filepath.Glob(filepath.Join(archive, "*", "*.arrow"))
+	for i, p := range entries {
+		data, _ := os.ReadFile(p)
+		os.WriteFile(filepath.Join(flat, fmt.Sprintf("%03d.arrow", i)), data, 0o644)
+	}
+	replayed := filepath.Join(t.TempDir(), "shards")
+	if code, _, errOut := run(t, "replay", "--archive", flat, "--gold", gt, "--out", replayed); code != 0 {
+		t.Fatalf("replay: %s", errOut)
+	}
+	farmRows := readShardRows(t, filepath.Join(out, "learner", "shards", "e2e", "0", "*"))
+	replayRows := readShardRows(t, replayed)
+	if len(farmRows) == 0 || len(farmRows) != len(replayRows) {
+		t.Fatalf("farm wrote %d rows, replay %d", len(farmRows), len(replayRows))
+	}
+	for id, row := range replayRows {
+		got, ok := farmRows[id]
+		if !ok || !reflect.DeepEqual(got.Weights, row.Weights) || !reflect.DeepEqual(got.Messages, row.Messages) {
+			t.Errorf("shard row %s differs between the farm and replay", id)
+		}
+	}
+}
+
+func readShardRows(t *testing.T, dirGlob string) map[string]schema.ShardRow {
+	t.Helper()
+	paths, _ := filepath.Glob(filepath.Join(dirGlob, "*.parquet"))
+	rows := map[string]schema.ShardRow{}
+	for _, p := range paths {
+		f, err := os.Open(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = schema.ReadParquet(f, func(rec arrow.RecordBatch) error {
+			rs, err := schema.ShardCodec().Decode(rec)
+			for _, r := range rs {
+				rows[r.JobID] = r
+			}
+			return err
+		})
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return rows
 }

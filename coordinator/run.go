@@ -1,0 +1,86 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/a2farm/a2farm/internal/bus"
+	"github.com/a2farm/a2farm/schema"
+)
+
+// RunConfig configures the publication of a run.
+type RunConfig struct {
+	Bus       *bus.Bus
+	RunID     string
+	Iteration int64
+	Instances []schema.Instance
+	Gold      map[string]schema.Locations
+	Samples   int
+	Seed      int64
+	Policy    schema.Policy
+	Sampling  schema.Sampling
+	Limits    schema.Limits
+	Tools     []string
+	// Progress, when set, is told about every published job.
+	Progress func(done, total int)
+}
+
+// Publish stores the run manifest and publishes issue × N jobs. Job ids
+// are message ids, so running it again (a restarted coordinator) queues
+// nothing twice.
+func Publish(ctx context.Context, cfg RunConfig) (*schema.RunManifest, error) {
+	switch {
+	case cfg.Bus == nil:
+		return nil, errors.New("coordinator: a bus is required")
+	case cfg.RunID == "":
+		return nil, &ConfigError{errors.New("a run id is required (--run)")}
+	case cfg.Samples < 1:
+		return nil, &ConfigError{fmt.Errorf("samples must be >= 1, got %d", cfg.Samples)}
+	case len(cfg.Instances) == 0:
+		return nil, &ConfigError{errors.New("the dataset has no valid instance")}
+	}
+	m := &schema.RunManifest{RunID: cfg.RunID, Iteration: cfg.Iteration, Samples: cfg.Samples, Gold: cfg.Gold,
+		Policy: cfg.Policy, Sampling: cfg.Sampling, Limits: cfg.Limits, Created: time.Now().UTC()}
+	for _, in := range cfg.Instances {
+		m.Instances = append(m.Instances, in.InstanceID)
+	}
+	m.Expected = len(cfg.Instances) * cfg.Samples
+	if err := cfg.Bus.PutRun(ctx, m); err != nil {
+		return nil, err
+	}
+	done := 0
+	for _, in := range cfg.Instances {
+		for s := range int64(cfg.Samples) {
+			job := schema.Job{
+				JobID: schema.JobID(cfg.RunID, cfg.Iteration, in.InstanceID, s), RunID: cfg.RunID, Iteration: cfg.Iteration,
+				InstanceID: in.InstanceID, Repo: in.Repo, BaseCommit: in.BaseCommit, ProblemStatement: in.ProblemStatement,
+				Sample: s, Seed: cfg.Seed, Policy: cfg.Policy, Sampling: cfg.Sampling, Limits: cfg.Limits,
+				Tools: cfg.Tools, Attempt: 1,
+			}
+			if err := cfg.Bus.PublishJob(ctx, job); err != nil {
+				return nil, err
+			}
+			done++
+			if cfg.Progress != nil {
+				cfg.Progress(done, m.Expected)
+			}
+		}
+	}
+	return m, nil
+}
+
+// Accounted counts the trajectories of a run iteration in the log
+// (infra_error ones included); job ids deduplicate them.
+func Accounted(ctx context.Context, b *bus.Bus, runID string, iteration int64) (int, error) {
+	info, err := b.Traj.Info(ctx, bus.SubjectsFilter(runID, iteration))
+	if err != nil {
+		return 0, err
+	}
+	total := 0
+	for _, n := range info.State.Subjects {
+		total += int(n)
+	}
+	return total, nil
+}

@@ -1,0 +1,237 @@
+package learner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/a2farm/a2farm/internal/atomicfile"
+	"github.com/a2farm/a2farm/internal/bus"
+	"github.com/a2farm/a2farm/learner/shard"
+	"github.com/a2farm/a2farm/schema"
+)
+
+// ServiceConfig configures the streaming learner.
+type ServiceConfig struct {
+	Bus     *bus.Bus
+	Out     string // archive/ and shards/ go here
+	Learner Config
+	// GroupDeadline closes a group that is still missing trajectories
+	// this long after its first one arrived (default 30 min).
+	GroupDeadline time.Duration
+	// Consumer is the durable consumer name (default "learner").
+	Consumer string
+	Log      zerolog.Logger
+	// OnGroupClosed is told about every group written (tests, metrics).
+	OnGroupClosed func(run string, iteration int64, instance string, trajectories, rows int)
+}
+
+// groupKey names the trajectories of one instance in one run iteration.
+type groupKey struct {
+	run       string
+	iteration int64
+	instance  string
+}
+
+type groupState struct {
+	first  time.Time
+	closed bool
+}
+
+// Serve consumes the trajectory log until ctx ends. Every trajectory is
+// archived (one Arrow file per job, written and synced before its message
+// is acknowledged, so nothing acknowledged can be lost) and deduplicated
+// by job id. When all N trajectories of an instance are in, or the group
+// deadline passes, the group's rewards, advantages and weights are
+// computed and its shard written. A restart resumes from the archive.
+func Serve(ctx context.Context, cfg ServiceConfig) error {
+	if cfg.Bus == nil || cfg.Out == "" {
+		return errors.New("learner: a bus and an output folder are required")
+	}
+	if cfg.GroupDeadline == 0 {
+		cfg.GroupDeadline = 30 * time.Minute
+	}
+	if cfg.Consumer == "" {
+		cfg.Consumer = "learner"
+	}
+	cons, err := cfg.Bus.Traj.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
+		Durable: cfg.Consumer, AckPolicy: jetstream.AckExplicitPolicy, AckWait: time.Minute,
+	})
+	if err != nil {
+		return fmt.Errorf("learner consumer: %w", err)
+	}
+	s := &service{cfg: cfg, groups: map[groupKey]*groupState{}, manifests: map[string]*schema.RunManifest{}}
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for ctx.Err() == nil {
+		batch, err := cons.Fetch(64, jetstream.FetchMaxWait(time.Second))
+		if err != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			return fmt.Errorf("learner fetch: %w", err)
+		}
+		for msg := range batch.Messages() {
+			if err := s.take(ctx, msg); err != nil {
+				cfg.Log.Warn().Err(err).Msg("trajectory not archived; it will be redelivered")
+				_ = msg.NakWithDelay(5 * time.Second)
+			}
+		}
+		s.closeDue(ctx, time.Now())
+	}
+	return nil
+}
+
+type service struct {
+	cfg       ServiceConfig
+	mu        sync.Mutex
+	groups    map[groupKey]*groupState
+	manifests map[string]*schema.RunManifest
+}
+
+func (s *service) archivePath(tr schema.Trajectory) string {
+	return filepath.Join(s.cfg.Out, "archive", bus.Token(tr.RunID), fmt.Sprint(tr.Iteration), bus.Token(tr.InstanceID),
+		fmt.Sprintf("%d.arrow", tr.Sample))
+}
+
+func (s *service) groupDir(k groupKey, kind string) string {
+	return filepath.Join(s.cfg.Out, kind, bus.Token(k.run), fmt.Sprint(k.iteration), bus.Token(k.instance))
+}
+
+// take archives one trajectory and acknowledges it.
+func (s *service) take(ctx context.Context, msg jetstream.Msg) error {
+	tr, err := s.cfg.Bus.DecodeTrajectory(ctx, msg)
+	if err != nil {
+		s.cfg.Log.Error().Err(err).Msg("undecodable trajectory message; terminating it")
+		return msg.Term()
+	}
+	path := s.archivePath(tr)
+	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+		rec := schema.EncodeTrajectories(nil, tr)
+		err := atomicfile.Write(path, func(w io.Writer) error { return schema.WriteIPC(w, schema.TrajectorySchema(), rec) })
+		rec.Release()
+		if err != nil {
+			return err
+		}
+	} // else: a duplicate (redelivery or republish); the archive already has it
+	if err := msg.DoubleAck(ctx); err != nil {
+		return err
+	}
+	k := groupKey{tr.RunID, tr.Iteration, tr.InstanceID}
+	s.mu.Lock()
+	g, ok := s.groups[k]
+	if !ok {
+		g = &groupState{first: time.Now()}
+		s.groups[k] = g
+	}
+	s.mu.Unlock()
+	m, err := s.manifest(ctx, tr.RunID, tr.Iteration)
+	if err != nil {
+		return nil // no manifest: the group closes at its deadline
+	}
+	if n := s.archived(k); n >= m.Samples && !g.closed {
+		return s.closeGroup(ctx, k, g)
+	}
+	return nil
+}
+
+func (s *service) manifest(ctx context.Context, run string, iteration int64) (*schema.RunManifest, error) {
+	key := fmt.Sprintf("%s/%d", run, iteration)
+	s.mu.Lock()
+	m, ok := s.manifests[key]
+	s.mu.Unlock()
+	if ok {
+		return m, nil
+	}
+	m, err := s.cfg.Bus.GetRun(ctx, run, iteration)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	s.manifests[key] = m
+	s.mu.Unlock()
+	return m, nil
+}
+
+func (s *service) archived(k groupKey) int {
+	entries, _ := os.ReadDir(s.groupDir(k, "archive"))
+	n := 0
+	for _, e := range entries {
+		if strings.HasSuffix(e.Name(), ".arrow") {
+			n++
+		}
+	}
+	return n
+}
+
+// closeDue closes groups whose deadline passed.
+func (s *service) closeDue(ctx context.Context, now time.Time) {
+	s.mu.Lock()
+	var due []groupKey
+	for k, g := range s.groups {
+		if !g.closed && now.Sub(g.first) >= s.cfg.GroupDeadline {
+			due = append(due, k)
+		}
+	}
+	s.mu.Unlock()
+	for _, k := range due {
+		if err := s.closeGroup(ctx, k, s.groups[k]); err != nil {
+			s.cfg.Log.Error().Err(err).Str("instance", k.instance).Msg("closing a group failed")
+		}
+	}
+}
+
+// closeGroup computes the group's advantages and writes its shard. A
+// shard already on disk (a restart) is kept.
+func (s *service) closeGroup(ctx context.Context, k groupKey, g *groupState) error {
+	g.closed = true
+	dir := s.groupDir(k, "shards")
+	if _, err := os.Stat(filepath.Join(dir, "manifest.json")); err == nil {
+		return nil
+	}
+	trs, err := schema.ReadTrajectoryDir(s.groupDir(k, "archive"))
+	if err != nil {
+		return err
+	}
+	m, err := s.manifest(ctx, k.run, k.iteration)
+	gold := map[string]schema.Locations{}
+	if err == nil {
+		gold = m.Gold
+	}
+	res, err := Process(trs, gold, s.cfg.Learner)
+	if err != nil {
+		return err
+	}
+	w, err := shard.NewWriter(shard.Config{Dir: dir, Params: map[string]any{
+		"rewards": s.cfg.Learner.Rewards, "advantage": s.cfg.Learner.Advantage, "run": k.run,
+		"iteration": k.iteration, "instance": k.instance, "diagnostics": res.Diagnostics}})
+	if err != nil {
+		return err
+	}
+	rows := 0
+	for _, lt := range res.Trajectories {
+		if row, ok := ShardRow(lt, s.cfg.Learner.KeepUnsuccessful); ok {
+			rows++
+			if err := w.Add(row); err != nil {
+				return err
+			}
+		}
+	}
+	if _, err := w.Close(); err != nil {
+		return err
+	}
+	s.cfg.Log.Info().Str("instance", k.instance).Int("trajectories", len(trs)).Int("rows", rows).Msg("group closed")
+	if s.cfg.OnGroupClosed != nil {
+		s.cfg.OnGroupClosed(k.run, k.iteration, k.instance, len(trs), rows)
+	}
+	return nil
+}
