@@ -1,0 +1,198 @@
+package cli
+
+import (
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/a2farm/a2farm/coordinator"
+	"github.com/a2farm/a2farm/coordinator/dataset"
+	"github.com/a2farm/a2farm/internal/gitrepo"
+	"github.com/a2farm/a2farm/internal/gold"
+	"github.com/a2farm/a2farm/learner"
+	"github.com/a2farm/a2farm/schema"
+	"github.com/a2farm/a2farm/worker"
+	"github.com/a2farm/a2farm/worker/agent"
+)
+
+func newCoordinatorCmd(e *env) *cobra.Command {
+	var nf natsFlags
+	var pf policyFlags
+	var datasetPath, reposDir, runID, policyName string
+	var samples int
+	var iteration, seed int64
+	var detach, strict bool
+	var maxToolCalls, maxContext int
+	cmd := &cobra.Command{
+		Use:   "coordinator --nats URL --dataset FILE --repos DIR --samples N --run ID",
+		Short: "Validate a dataset, extract gold, publish issue × N jobs and wait until each has a trajectory",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			if datasetPath == "" || reposDir == "" || runID == "" {
+				return usagef("--dataset, --repos and --run are required")
+			}
+			nc, b, err := nf.connect(ctx, "coordinator")
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			repos := gitrepo.NewSet(reposDir)
+			defer repos.Close()
+			ds, err := dataset.Load(ctx, datasetPath, dataset.Options{Strict: strict, Repos: repos})
+			if err != nil {
+				return err
+			}
+			for _, s := range ds.Skipped {
+				e.log.Warn().Int("line", s.Line).Str("instance", s.InstanceID).Msg("skipping row: " + s.Reason)
+			}
+			report, err := coordinator.RunGold(ctx, coordinator.GoldConfig{Dataset: datasetPath, ReposDir: reposDir,
+				MaxEditFiles: gold.DefaultMaxEditFiles, Log: e.log})
+			if err != nil {
+				return err
+			}
+			goldByID := map[string]schema.Locations{}
+			for _, r := range report.Rows {
+				if r.Gold.FileChanges != nil {
+					goldByID[r.Gold.InstanceID] = r.Gold.Locations()
+				}
+			}
+			report2, finish := e.progress("published")
+			m, err := coordinator.Publish(ctx, coordinator.RunConfig{Bus: b, RunID: runID, Iteration: iteration,
+				Instances: ds.Instances, Gold: goldByID, Samples: samples, Seed: seed,
+				Policy:   schema.Policy{Kind: policyName, Model: pf.modelName},
+				Sampling: schema.Sampling{Temperature: pf.temperature, TopP: pf.topP, RepetitionPenalty: pf.repPenalty, MaxTokens: int64(pf.maxTokens)},
+				Limits:   schema.Limits{MaxToolCalls: int64(maxToolCalls), MaxContextTokens: int64(maxContext)},
+				Progress: report2})
+			finish()
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(e.stdout, "run %s iteration %d: %d jobs published\n", runID, iteration, m.Expected)
+			if detach {
+				return nil
+			}
+			wait, done := e.progress("trajectories")
+			for {
+				n, err := coordinator.Accounted(ctx, b, runID, iteration)
+				if err != nil {
+					return err
+				}
+				wait(min(n, m.Expected), m.Expected)
+				if n >= m.Expected {
+					done()
+					fmt.Fprintf(e.stdout, "every job of run %s has a trajectory\n", runID)
+					return nil
+				}
+				select {
+				case <-ctx.Done():
+					return ctx.Err()
+				case <-time.After(time.Second):
+				}
+			}
+		},
+	}
+	nf.bind(cmd)
+	pf.bind(cmd)
+	f := cmd.Flags()
+	f.StringVar(&datasetPath, "dataset", "", "dataset JSONL or Parquet")
+	f.StringVar(&reposDir, "repos", envOr("A2FARM_REPOS", ""), "repositories named owner__name")
+	f.StringVar(&runID, "run", "", "run id")
+	f.Int64Var(&iteration, "iteration", 0, "rollout-training iteration")
+	f.IntVar(&samples, "samples", 8, "rollouts per instance")
+	f.Int64Var(&seed, "seed", 42, "random seed")
+	f.StringVar(&policyName, "policy", "openai", "policy the workers run: openai, heuristic or replay")
+	f.BoolVar(&detach, "detach", false, "return after publishing instead of waiting for the trajectories")
+	f.BoolVar(&strict, "strict", false, "fail on the first bad dataset row")
+	f.IntVar(&maxToolCalls, "max-tool-calls", 20, "tool calls per episode")
+	f.IntVar(&maxContext, "max-context-tokens", 40000, "model context per episode")
+	return cmd
+}
+
+func newWorkerCmd(e *env) *cobra.Command {
+	var nf natsFlags
+	var pf policyFlags
+	var cf cacheFlags
+	var reposDir, policyName, id string
+	var concurrency int
+	var grace time.Duration
+	cmd := &cobra.Command{
+		Use:   "worker --nats URL --repos DIR [--concurrency C] [--cache DIR] [policy flags]",
+		Short: "Pull jobs, run episodes and publish trajectories (scale by starting more)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if reposDir == "" {
+				return usagef("--repos is required")
+			}
+			model, err := pf.model(policyName)
+			if err != nil {
+				return err
+			}
+			opts, err := cf.options()
+			if err != nil {
+				return err
+			}
+			nc, b, err := nf.connect(cmd.Context(), "worker")
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			repos := gitrepo.NewSet(reposDir)
+			defer repos.Close()
+			e.log.Info().Int("concurrency", concurrency).Msg("worker started")
+			return worker.Run(cmd.Context(), worker.Config{Bus: b, Repos: repos, Model: model, Index: opts,
+				Concurrency: concurrency, Grace: grace, WorkerID: id, Version: version(), Log: e.log,
+				Agent: agent.Config{TextMode: pf.textMode}})
+		},
+	}
+	nf.bind(cmd)
+	pf.bind(cmd)
+	cf.bind(cmd)
+	f := cmd.Flags()
+	f.StringVar(&reposDir, "repos", envOr("A2FARM_REPOS", ""), "repositories named owner__name (env A2FARM_REPOS)")
+	f.StringVar(&policyName, "policy", envOr("A2FARM_POLICY", "openai"), "policy: openai, heuristic or replay (env A2FARM_POLICY)")
+	f.IntVar(&concurrency, "concurrency", 32, "episodes in flight")
+	f.DurationVar(&grace, "grace", 30*time.Second, "on SIGTERM, how long running episodes may finish before their jobs are handed back")
+	f.StringVar(&id, "id", envOr("A2FARM_WORKER_ID", ""), "worker id (default host-pid)")
+	return cmd
+}
+
+func newLearnerCmd(e *env) *cobra.Command {
+	var nf natsFlags
+	var out string
+	var deadline time.Duration
+	cfg := learner.DefaultConfig()
+	cmd := &cobra.Command{
+		Use:   "learner --nats URL --out DIR",
+		Short: "Archive trajectories, close groups and write weighted training shards",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if out == "" {
+				return usagef("--out is required")
+			}
+			nc, b, err := nf.connect(cmd.Context(), "learner")
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			e.log.Info().Str("out", out).Msg("learner started")
+			return learner.Serve(cmd.Context(), learner.ServiceConfig{Bus: b, Out: out, Learner: cfg, GroupDeadline: deadline, Log: e.log,
+				OnGroupClosed: func(run string, it int64, inst string, n, rows int) {
+					e.log.Info().Str("run", run).Str("instance", inst).Int("trajectories", n).Int("rows", rows).
+						Str("shards", filepath.Join(out, "shards")).Msg("group written")
+				}})
+		},
+	}
+	nf.bind(cmd)
+	f := cmd.Flags()
+	f.StringVar(&out, "out", "", "folder for the archive and shards")
+	f.DurationVar(&deadline, "group-deadline", 30*time.Minute, "close a group still missing trajectories this long after its first")
+	f.IntVar(&cfg.Advantage.H, "H", cfg.Advantage.H, "history length")
+	f.Float64Var(&cfg.Rewards.Gamma, "gamma", cfg.Rewards.Gamma, "discount")
+	f.Float64Var(&cfg.Advantage.Beta, "beta", cfg.Advantage.Beta, "weight temperature")
+	f.Float64Var(&cfg.Rewards.StepCost, "step-cost", cfg.Rewards.StepCost, "cost per step")
+	f.StringVar(&cfg.Rewards.Discovery, "discovery", cfg.Rewards.Discovery, "surfaced or reference")
+	return cmd
+}
