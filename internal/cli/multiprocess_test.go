@@ -1,0 +1,198 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/a2farm/a2farm/schema"
+)
+
+// buildBinary compiles a2farm once for the multi-process tests.
+func buildBinary(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "a2farm")
+	cmd := exec.Command("go", "build", "-o", bin, "../../cmd/a2farm")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// slowPolicy answers like a chat-completions server that takes a while:
+// two searches, then an answer.
+func slowPolicy(t *testing.T, delay time.Duration) *httptest.Server {
+	var calls atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		time.Sleep(delay)
+		var req struct {
+			Messages []struct {
+				Role string `json:"role"`
+			} `json:"messages"`
+		}
+		data, _ := io.ReadAll(r.Body)
+		json.Unmarshal(data, &req)
+		turn := 0
+		for _, m := range req.Messages {
+			if m.Role == "assistant" {
+				turn++
+			}
+		}
+		call := `{"name":"search_code_snippets","arguments":"{\"search_terms\":[\"Warehouse\"]}"}`
+		if turn >= 2 {
+			call = `{"name":"finish","arguments":"{\"answer\":\"` + "```\\\\ninventory/models.py\\\\n```" + `\"}"}`
+		}
+		fmt.Fprintf(w, `{"choices":[{"message":{"role":"assistant","content":"","tool_calls":[{"id":"c%d","type":"function","function":%s}]}}]}`, turn, call)
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+type proc struct {
+	cmd *exec.Cmd
+	out *strings.Builder
+}
+
+func start(t *testing.T, bin string, env []string, args ...string) *proc {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &proc{cmd, &out}
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			cmd.Process.Signal(syscall.SIGTERM)
+			done := make(chan struct{})
+			go func() { cmd.Wait(); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(10 * time.Second):
+				cmd.Process.Kill()
+			}
+		}
+	})
+	return p
+}
+
+// TestMultiProcessFarmSurvivesAKilledWorker runs nats, a coordinator, two
+// workers and a learner as separate processes, kills one worker with
+// SIGKILL while it holds jobs, and checks that every job still ends with
+// exactly one archived trajectory. It also checks that a wrong password
+// is refused.
+func TestMultiProcessFarmSurvivesAKilledWorker(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-process test")
+	}
+	bin := buildBinary(t)
+	dir := t.TempDir()
+	if out, err := exec.Command(bin, "sample", "--out", filepath.Join(dir, "sample")).CombinedOutput(); err != nil {
+		t.Fatalf("sample: %v\n%s", err, out)
+	}
+	port := freePort(t)
+	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
+	auth := []string{"A2FARM_NATS_USER=farm", "A2FARM_NATS_PASSWORD=s3cret", "A2FARM_LOG_FORMAT=json"}
+	start(t, bin, auth, "nats", "--port", fmt.Sprint(port), "--store", filepath.Join(dir, "nats"))
+	time.Sleep(500 * time.Millisecond)
+	common := []string{"--nats", url, "--nats-user", "farm", "--ack-wait", "3s"}
+
+	bad := exec.Command(bin, append([]string{"coordinator", "--dataset", "x", "--repos", dir, "--run", "r"}, common...)...)
+	bad.Env = append(os.Environ(), "A2FARM_NATS_PASSWORD=wrong")
+	if out, err := bad.CombinedOutput(); err == nil || !strings.Contains(strings.ToLower(string(out)), "authorization") {
+		t.Errorf("a wrong password was not refused: %v\n%s", err, out)
+	}
+
+	policy := slowPolicy(t, 150*time.Millisecond)
+	workerArgs := append([]string{"worker", "--repos", filepath.Join(dir, "sample", "repos"), "--policy", "openai",
+		"--base-url", policy.URL + "/v1", "--model", "m", "--concurrency", "4", "--grace", "1s"}, common...)
+	w1 := start(t, bin, auth, append(workerArgs, "--id", "w1")...)
+	start(t, bin, auth, append(workerArgs, "--id", "w2")...)
+	learnerOut := filepath.Join(dir, "learner")
+	start(t, bin, auth, append([]string{"learner", "--out", learnerOut}, common...)...)
+
+	coord := exec.Command(bin, append([]string{"coordinator", "--dataset", filepath.Join(dir, "sample", "dataset.jsonl"),
+		"--repos", filepath.Join(dir, "sample", "repos"), "--run", "mp", "--samples", "4", "--policy", "openai"}, common...)...)
+	coord.Env = append(os.Environ(), auth...)
+	var coordOut strings.Builder
+	coord.Stdout, coord.Stderr = &coordOut, &coordOut
+	if err := coord.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// Kill w1 once it is busy (it logs nothing per job; give it time to
+	// take jobs: each episode takes three policy calls of 150 ms).
+	time.Sleep(600 * time.Millisecond)
+	if err := w1.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	w1.cmd.Wait()
+
+	done := make(chan error, 1)
+	go func() { done <- coord.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("coordinator: %v\n%s", err, coordOut.String())
+		}
+	case <-time.After(120 * time.Second):
+		coord.Process.Kill()
+		t.Fatalf("the run did not complete\n%s", coordOut.String())
+	}
+
+	// The learner archives every job exactly once.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for ctx.Err() == nil {
+		if files, _ := filepath.Glob(filepath.Join(learnerOut, "archive", "mp", "0", "*", "*.arrow")); len(files) == 24 {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	trs, err := schema.ReadTrajectoryDir(filepath.Join(learnerOut, "archive", "mp", "0", "*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobs := map[string]int{}
+	byWorker := map[string]int{}
+	for _, tr := range trs {
+		jobs[tr.JobID]++
+		byWorker[tr.WorkerID]++
+		if tr.Status != schema.StatusOK {
+			t.Errorf("%s ended %s: %s", tr.JobID, tr.Status, tr.Error)
+		}
+	}
+	if len(jobs) != 24 {
+		t.Errorf("%d distinct jobs archived, want 24", len(jobs))
+	}
+	for id, n := range jobs {
+		if n != 1 {
+			t.Errorf("job %s archived %d times", id, n)
+		}
+	}
+	t.Logf("trajectories by worker: %v", byWorker)
+}
