@@ -72,15 +72,9 @@ func Publish(ctx context.Context, cfg RunConfig) (*schema.RunManifest, error) {
 }
 
 // Accounted counts the trajectories of a run iteration in the log
-// (infra_error ones included); job ids deduplicate them.
+// (infra_error ones included); job ids deduplicate them, so it reaches the
+// manifest's Expected exactly when every job has been answered once (a
+// retried dead job adds its second attempt on top).
 func Accounted(ctx context.Context, b *bus.Bus, runID string, iteration int64) (int, error) {
-	info, err := b.Traj.Info(ctx, bus.SubjectsFilter(runID, iteration))
-	if err != nil {
-		return 0, err
-	}
-	total := 0
-	for _, n := range info.State.Subjects {
-		total += int(n)
-	}
-	return total, nil
+	return b.TrajectoryCount(ctx, runID, iteration)
 }

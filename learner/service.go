@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
@@ -70,8 +71,21 @@ func Serve(ctx context.Context, cfg ServiceConfig) error {
 		return fmt.Errorf("learner consumer: %w", err)
 	}
 	s := &service{cfg: cfg, groups: map[groupKey]*groupState{}, manifests: map[string]*schema.RunManifest{}}
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
+	// Jobs that exhaust their deliveries become infra_error trajectories
+	// here, so their groups close without waiting for the deadline.
+	ctx, cancel := context.WithCancel(ctx)
+	deadDone := make(chan struct{})
+	defer func() { cancel(); <-deadDone }()
+	go func() {
+		defer close(deadDone)
+		err := cfg.Bus.HandleDeadJobs(ctx, func(dl bus.DeadLetter) {
+			cfg.Log.Warn().Str("job", dl.Job.JobID).Int("deliveries", dl.Deliveries).
+				Msg("job dead-lettered; requeue it with `a2farm jobs retry`")
+		})
+		if err != nil {
+			cfg.Log.Error().Err(err).Msg("dead-letter handling stopped")
+		}
+	}()
 	for ctx.Err() == nil {
 		batch, err := cons.Fetch(64, jetstream.FetchMaxWait(time.Second))
 		if err != nil {
@@ -115,18 +129,29 @@ func (s *service) take(ctx context.Context, msg jetstream.Msg) error {
 		return msg.Term()
 	}
 	path := s.archivePath(tr)
-	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+	k := groupKey{tr.RunID, tr.Iteration, tr.InstanceID}
+	replace, err := s.shouldArchive(path, tr)
+	if err != nil {
+		return err
+	}
+	if replace {
 		rec := schema.EncodeTrajectories(nil, tr)
 		err := atomicfile.Write(path, func(w io.Writer) error { return schema.WriteIPC(w, schema.TrajectorySchema(), rec) })
 		rec.Release()
 		if err != nil {
 			return err
 		}
-	} // else: a duplicate (redelivery or republish); the archive already has it
+		s.mu.Lock()
+		if g, ok := s.groups[k]; ok && g.closed {
+			// A retried job replaced a failure: the group is recomputed.
+			g.closed = false
+			_ = os.RemoveAll(s.groupDir(k, "shards"))
+		}
+		s.mu.Unlock()
+	}
 	if err := msg.DoubleAck(ctx); err != nil {
 		return err
 	}
-	k := groupKey{tr.RunID, tr.Iteration, tr.InstanceID}
 	s.mu.Lock()
 	g, ok := s.groups[k]
 	if !ok {
@@ -142,6 +167,30 @@ func (s *service) take(ctx context.Context, msg jetstream.Msg) error {
 		return s.closeGroup(ctx, k, g)
 	}
 	return nil
+}
+
+// shouldArchive: a new job is archived; a duplicate is not, unless it is a
+// later attempt that succeeded where the archived one failed for
+// infrastructure reasons (a retried dead letter).
+func (s *service) shouldArchive(path string, tr schema.Trajectory) (bool, error) {
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return true, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	var old []schema.Trajectory
+	err = schema.ReadIPC(f, func(rec arrow.RecordBatch) error {
+		trs, err := schema.DecodeTrajectories(rec)
+		old = append(old, trs...)
+		return err
+	})
+	if err != nil || len(old) != 1 {
+		return true, nil // a damaged archive entry is rewritten
+	}
+	return old[0].Status == schema.StatusInfraError && tr.Status != schema.StatusInfraError && tr.Attempt > old[0].Attempt, nil
 }
 
 func (s *service) manifest(ctx context.Context, run string, iteration int64) (*schema.RunManifest, error) {

@@ -163,6 +163,8 @@ type Trajectory struct {
 	CompletionTokens int64     `json:"completion_tokens" arrow:"completion_tokens"`
 	PolicyVersion    string    `json:"policy_version" arrow:"policy_version"`
 	WorkerID         string    `json:"worker_id" arrow:"worker_id"`
+	// Attempt is the job attempt that produced the trajectory (1 first).
+	Attempt int64 `json:"attempt" arrow:"attempt"`
 	// SystemPrompt, TaskPrompt and ToolsJSON (the OpenAI tool specs) are
 	// what the episode started from, so that the learner can rebuild the
 	// conversation for training without the worker's code.

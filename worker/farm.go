@@ -62,17 +62,6 @@ func (c *Config) validate() error {
 	return nil
 }
 
-// Heartbeat is what a worker reports in the workers bucket.
-type Heartbeat struct {
-	ID       string    `json:"id"`
-	Host     string    `json:"host"`
-	Active   int       `json:"active"`
-	Capacity int       `json:"capacity"`
-	Done     int64     `json:"done"`
-	Version  string    `json:"version"`
-	Updated  time.Time `json:"updated"`
-}
-
 // Run pulls jobs until ctx is cancelled, then stops in two phases: it
 // stops pulling, lets running episodes finish for the grace period, and
 // then cancels them and hands their jobs back (Nak) for another worker.
@@ -282,7 +271,7 @@ func (w *farmWorker) heartbeat(ctx context.Context, done chan<- struct{}) {
 	every := max(time.Second, w.cfg.Bus.HeartbeatTTL()/3)
 	put := func(c context.Context) {
 		w.mu.Lock()
-		hb := Heartbeat{ID: w.cfg.WorkerID, Host: host, Active: w.active, Capacity: w.cfg.Concurrency, Done: w.done,
+		hb := bus.Heartbeat{ID: w.cfg.WorkerID, Host: host, Active: w.active, Capacity: w.cfg.Concurrency, Done: w.done,
 			Version: w.cfg.Version, Updated: time.Now().UTC()}
 		w.mu.Unlock()
 		data, _ := json.Marshal(hb)

@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -33,6 +34,11 @@ const (
 	jobsPrefix = "a2farm.jobs."
 	trajPrefix = "a2farm.trajectories."
 	deadPrefix = "a2farm.dead."
+
+	// maxDeliveriesSubject is where the server announces jobs that ran out
+	// of deliveries; the dead-letter stream captures it so no advisory is
+	// lost while no coordinator listens.
+	maxDeliveriesSubject = "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + JobsStream + "." + WorkersConsumer
 
 	// payloadHeader marks a trajectory message whose Arrow payload sits in
 	// the object store under the named key.
@@ -115,7 +121,7 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Bus, error)
 		return nil, fmt.Errorf("trajectory stream: %w", err)
 	}
 	if b.Dead, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-		Name: DeadStream, Subjects: []string{deadPrefix + ">"}, Retention: jetstream.LimitsPolicy,
+		Name: DeadStream, Subjects: []string{deadPrefix + ">", maxDeliveriesSubject}, Retention: jetstream.LimitsPolicy,
 		Storage: jetstream.FileStorage, Replicas: cfg.Replicas, Duplicates: cfg.DedupWindow,
 	}); err != nil {
 		return nil, fmt.Errorf("dead-letter stream: %w", err)
@@ -140,6 +146,44 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Bus, error)
 		Bucket: PayloadStore, Storage: jetstream.FileStorage, Replicas: cfg.Replicas,
 	}); err != nil {
 		return nil, fmt.Errorf("payload store: %w", err)
+	}
+	return b, nil
+}
+
+// Attach opens a topology that already exists without changing it, for
+// commands that only read or requeue (status, jobs retry): they must not
+// reset a farm's ack wait or delivery limit to their own defaults. The
+// configuration is read back from the server.
+func Attach(ctx context.Context, js jetstream.JetStream) (*Bus, error) {
+	b := &Bus{js: js}
+	var err error
+	if b.Jobs, err = js.Stream(ctx, JobsStream); err != nil {
+		return nil, fmt.Errorf("no a2farm topology on this server (start a coordinator or worker first): %w", err)
+	}
+	if b.Traj, err = js.Stream(ctx, TrajStream); err != nil {
+		return nil, fmt.Errorf("trajectory stream: %w", err)
+	}
+	if b.Dead, err = js.Stream(ctx, DeadStream); err != nil {
+		return nil, fmt.Errorf("dead-letter stream: %w", err)
+	}
+	if b.Consumer, err = b.Jobs.Consumer(ctx, WorkersConsumer); err != nil {
+		return nil, fmt.Errorf("workers consumer: %w", err)
+	}
+	if b.Runs, err = js.KeyValue(ctx, RunsBucket); err != nil {
+		return nil, fmt.Errorf("runs bucket: %w", err)
+	}
+	if b.Workers, err = js.KeyValue(ctx, WorkersBucket); err != nil {
+		return nil, fmt.Errorf("workers bucket: %w", err)
+	}
+	if b.Payloads, err = js.ObjectStore(ctx, PayloadStore); err != nil {
+		return nil, fmt.Errorf("payload store: %w", err)
+	}
+	cc := b.Consumer.CachedInfo().Config
+	sc := b.Traj.CachedInfo().Config
+	b.cfg = Config{Replicas: sc.Replicas, AckWait: cc.AckWait, MaxDeliver: cc.MaxDeliver, DedupWindow: sc.Duplicates,
+		MaxMsgSize: int(sc.MaxMsgSize) - 64<<10, TrajMaxAge: sc.MaxAge}
+	if st, err := b.Workers.Status(ctx); err == nil {
+		b.cfg.HeartbeatTTL = st.TTL()
 	}
 	return b, nil
 }
@@ -174,17 +218,22 @@ func (b *Bus) GetRun(ctx context.Context, runID string, iteration int64) (*schem
 	return &m, nil
 }
 
+// Heartbeat is what a worker reports in the workers bucket.
+type Heartbeat struct {
+	ID       string    `json:"id"`
+	Host     string    `json:"host"`
+	Active   int       `json:"active"`
+	Capacity int       `json:"capacity"`
+	Done     int64     `json:"done"`
+	Version  string    `json:"version"`
+	Updated  time.Time `json:"updated"`
+}
+
 // HeartbeatTTL is how long a worker's heartbeat lives.
 func (b *Bus) HeartbeatTTL() time.Duration { return b.cfg.HeartbeatTTL }
 
 // Token makes a run id safe inside a subject or bucket key.
 func Token(s string) string { return subjectToken(s) }
-
-// SubjectsFilter asks stream info for the per-subject counts of the
-// trajectories of one run iteration.
-func SubjectsFilter(runID string, iteration int64) jetstream.StreamInfoOpt {
-	return jetstream.WithSubjectFilter(trajSubject(runID, iteration))
-}
 
 func trajSubject(runID string, iteration int64) string {
 	return fmt.Sprintf("%s%s.%d", trajPrefix, subjectToken(runID), iteration)
@@ -207,6 +256,165 @@ func (b *Bus) PublishJob(ctx context.Context, job schema.Job) error {
 		return fmt.Errorf("publish job %s: %w", job.JobID, err)
 	}
 	return nil
+}
+
+// PublishJobAttempt re-queues a job for another attempt: the message id
+// carries the attempt so the dedup window does not swallow it.
+func (b *Bus) PublishJobAttempt(ctx context.Context, job schema.Job) error {
+	data, err := json.Marshal(job)
+	if err != nil {
+		return err
+	}
+	_, err = b.js.Publish(ctx, jobsPrefix+subjectToken(job.RunID), data,
+		jetstream.WithMsgID(fmt.Sprintf("%s#%d", job.JobID, job.Attempt)))
+	if err != nil {
+		return fmt.Errorf("publish job %s: %w", job.JobID, err)
+	}
+	return nil
+}
+
+// DeadLetter records a job that exhausted its deliveries.
+type DeadLetter struct {
+	Job        schema.Job `json:"job"`
+	Deliveries int        `json:"deliveries"`
+	At         time.Time  `json:"at"`
+	// seq is the record's place in the dead-letter stream, for removal.
+	seq uint64
+}
+
+// HandleDeadJobs turns max-deliveries advisories into dead letters until
+// ctx ends: for each, the job is read from the queue, an infra_error
+// trajectory is published for it (so its group can close), a dead-letter
+// record is stored for `jobs retry`, and the job leaves the queue. Several
+// handlers may run; the durable consumer hands each advisory to one.
+func (b *Bus) HandleDeadJobs(ctx context.Context, onDead func(DeadLetter)) error {
+	cons, err := b.Dead.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
+		Durable: "dead-letters", FilterSubject: maxDeliveriesSubject, AckPolicy: jetstream.AckExplicitPolicy,
+	})
+	if err != nil {
+		return fmt.Errorf("dead-letter consumer: %w", err)
+	}
+	for ctx.Err() == nil {
+		msg, err := cons.Next(jetstream.FetchMaxWait(time.Second))
+		if err != nil {
+			continue
+		}
+		var adv struct {
+			StreamSeq  uint64 `json:"stream_seq"`
+			Deliveries int    `json:"deliveries"`
+		}
+		if json.Unmarshal(msg.Data(), &adv) != nil || adv.StreamSeq == 0 {
+			_ = msg.Term()
+			continue
+		}
+		raw, err := b.Jobs.GetMsg(ctx, adv.StreamSeq)
+		if err != nil {
+			_ = msg.Ack() // the job is gone already (handled, or retried and acked)
+			continue
+		}
+		var job schema.Job
+		if json.Unmarshal(raw.Data, &job) != nil {
+			_ = b.Jobs.DeleteMsg(ctx, adv.StreamSeq)
+			_ = msg.Ack()
+			continue
+		}
+		dl := DeadLetter{Job: job, Deliveries: adv.Deliveries, At: time.Now().UTC()}
+		tr := schema.Trajectory{JobID: job.JobID, RunID: job.RunID, Iteration: job.Iteration, InstanceID: job.InstanceID,
+			Repo: job.Repo, Sample: job.Sample, Status: schema.StatusInfraError,
+			Error: fmt.Sprintf("job failed %d deliveries", adv.Deliveries), FinishedAt: dl.At}
+		if err := b.PublishTrajectory(ctx, tr); err != nil {
+			_ = msg.Nak()
+			continue
+		}
+		data, _ := json.Marshal(dl)
+		if _, err := b.js.Publish(ctx, deadPrefix+subjectToken(job.RunID), data,
+			jetstream.WithMsgID(fmt.Sprintf("dead/%s#%d", job.JobID, job.Attempt))); err != nil {
+			_ = msg.Nak()
+			continue
+		}
+		_ = b.Jobs.DeleteMsg(ctx, adv.StreamSeq)
+		_ = msg.Ack()
+		if onDead != nil {
+			onDead(dl)
+		}
+	}
+	return nil
+}
+
+// DeadCount is the number of dead letters of a run.
+func (b *Bus) DeadCount(ctx context.Context, runID string) (int, error) {
+	return countSubject(ctx, b.Dead, deadPrefix+subjectToken(runID))
+}
+
+// TrajectoryCount is the number of trajectory messages of a run
+// iteration; message ids deduplicate redeliveries, retried attempts each
+// count.
+func (b *Bus) TrajectoryCount(ctx context.Context, runID string, iteration int64) (int, error) {
+	return countSubject(ctx, b.Traj, trajSubject(runID, iteration))
+}
+
+func countSubject(ctx context.Context, s jetstream.Stream, subject string) (int, error) {
+	info, err := s.Info(ctx, jetstream.WithSubjectFilter(subject))
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, c := range info.State.Subjects {
+		n += int(c)
+	}
+	return n, nil
+}
+
+// DeadLetters lists the dead letters of a run.
+func (b *Bus) DeadLetters(ctx context.Context, runID string) ([]DeadLetter, error) {
+	cons, err := b.js.OrderedConsumer(ctx, DeadStream, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{deadPrefix + subjectToken(runID)}})
+	if err != nil {
+		return nil, err
+	}
+	n, err := b.DeadCount(ctx, runID)
+	if err != nil {
+		return nil, err
+	}
+	var out []DeadLetter
+	for range n {
+		msg, err := cons.Next(jetstream.FetchMaxWait(2 * time.Second))
+		if err != nil {
+			return nil, err
+		}
+		var dl DeadLetter
+		if json.Unmarshal(msg.Data(), &dl) == nil {
+			if md, err := msg.Metadata(); err == nil {
+				dl.seq = md.Sequence.Stream
+			}
+			out = append(out, dl)
+		}
+	}
+	return out, nil
+}
+
+// RetryDead queues every dead job of a run again as its next attempt and
+// removes its dead letter; it returns the jobs requeued. A letter is
+// removed only after its job is queued, so a crash in between leaves the
+// letter to retry again (the attempt's message id dedups the job).
+func (b *Bus) RetryDead(ctx context.Context, runID string) ([]schema.Job, error) {
+	letters, err := b.DeadLetters(ctx, runID)
+	if err != nil {
+		return nil, fmt.Errorf("read dead letters: %w", err)
+	}
+	var requeued []schema.Job
+	for _, dl := range letters {
+		job := dl.Job
+		job.Attempt = max(job.Attempt, 1) + 1
+		if err := b.PublishJobAttempt(ctx, job); err != nil {
+			return requeued, err
+		}
+		if err := b.Dead.DeleteMsg(ctx, dl.seq); err != nil {
+			return requeued, fmt.Errorf("remove dead letter of %s: %w", job.JobID, err)
+		}
+		requeued = append(requeued, job)
+	}
+	return requeued, nil
 }
 
 // DecodeJob reads a job message.
@@ -232,7 +440,13 @@ func (b *Bus) PublishTrajectory(ctx context.Context, tr schema.Trajectory) error
 		return err
 	}
 	msg := &nats.Msg{Subject: trajSubject(tr.RunID, tr.Iteration), Header: nats.Header{}}
-	msg.Header.Set(jetstream.MsgIDHeader, tr.JobID)
+	// Attempts after the first get their own id: a retried job's
+	// trajectory must not be swallowed as a duplicate of its failure.
+	id := tr.JobID
+	if tr.Attempt > 1 {
+		id = fmt.Sprintf("%s#%d", tr.JobID, tr.Attempt)
+	}
+	msg.Header.Set(jetstream.MsgIDHeader, id)
 	if buf.Len() > b.cfg.MaxMsgSize {
 		key := "traj/" + tr.JobID
 		if _, err := b.Payloads.PutBytes(ctx, key, buf.Bytes()); err != nil {
@@ -282,4 +496,46 @@ func (b *Bus) QueueDepth(ctx context.Context) (pending, inFlight uint64, err err
 		return 0, 0, err
 	}
 	return info.NumPending, uint64(info.NumAckPending), nil
+}
+
+// LiveWorkers lists the heartbeats that have not expired, by worker id.
+func (b *Bus) LiveWorkers(ctx context.Context) ([]Heartbeat, error) {
+	keys, err := b.Workers.ListKeys(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []Heartbeat
+	for k := range keys.Keys() {
+		e, err := b.Workers.Get(ctx, k)
+		if err != nil {
+			continue // expired between listing and reading
+		}
+		var hb Heartbeat
+		if json.Unmarshal(e.Value(), &hb) == nil {
+			out = append(out, hb)
+		}
+	}
+	slices.SortFunc(out, func(a, b Heartbeat) int { return strings.Compare(a.ID, b.ID) })
+	return out, nil
+}
+
+// ListRuns lists the stored run manifests, oldest first.
+func (b *Bus) ListRuns(ctx context.Context) ([]schema.RunManifest, error) {
+	keys, err := b.Runs.ListKeys(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []schema.RunManifest
+	for k := range keys.Keys() {
+		e, err := b.Runs.Get(ctx, k)
+		if err != nil {
+			continue
+		}
+		var m schema.RunManifest
+		if json.Unmarshal(e.Value(), &m) == nil {
+			out = append(out, m)
+		}
+	}
+	slices.SortFunc(out, func(a, b schema.RunManifest) int { return a.Created.Compare(b.Created) })
+	return out, nil
 }

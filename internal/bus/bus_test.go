@@ -140,3 +140,88 @@ func TestTrajectoriesInlineAndOffloaded(t *testing.T) {
 		t.Errorf("object store holds %d payloads (%v); want the big one", len(objs), err)
 	}
 }
+
+// TestDeadJobsBecomeInfraErrors: a job that fails every delivery is turned
+// into an infra_error trajectory and a dead letter, and leaves the queue.
+func TestDeadJobsBecomeInfraErrors(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.AckWait, cfg.MaxDeliver = time.Second, 2
+	b, _ := open(t, cfg)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	job := schema.Job{JobID: "r/0/i/0", RunID: "r", InstanceID: "i", Attempt: 1}
+	if err := b.PublishJob(ctx, job); err != nil {
+		t.Fatal(err)
+	}
+	dead := make(chan DeadLetter, 1)
+	go b.HandleDeadJobs(ctx, func(dl DeadLetter) { dead <- dl })
+	for range 2 { // two failed deliveries
+		batch, err := b.Consumer.Fetch(1, jetstream.FetchMaxWait(3*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for msg := range batch.Messages() {
+			msg.Nak()
+		}
+	}
+	// The server announces the exhausted job when it next looks for work
+	// to deliver, as a polling worker makes it do.
+	if batch, err := b.Consumer.Fetch(1, jetstream.FetchMaxWait(500*time.Millisecond)); err == nil {
+		for range batch.Messages() {
+			t.Error("a job was delivered past MaxDeliver")
+		}
+	}
+	select {
+	case dl := <-dead:
+		if dl.Job.JobID != job.JobID || dl.Deliveries != 2 {
+			t.Errorf("dead letter = %+v", dl)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no dead letter")
+	}
+	letters, err := b.DeadLetters(ctx, "r")
+	if err != nil || len(letters) != 1 {
+		t.Fatalf("dead letters = %+v, %v", letters, err)
+	}
+	if pending, inFlight, _ := b.QueueDepth(ctx); pending+inFlight != 0 {
+		t.Errorf("the dead job is still queued (%d+%d)", pending, inFlight)
+	}
+	cons, _ := b.Traj.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+	msg, err := cons.Next(jetstream.FetchMaxWait(3 * time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := b.DecodeTrajectory(ctx, msg)
+	if err != nil || tr.Status != schema.StatusInfraError || tr.JobID != job.JobID {
+		t.Errorf("trajectory = %+v, %v", tr, err)
+	}
+	// A retry is queued again despite the dedup window.
+	job.Attempt = 2
+	if err := b.PublishJobAttempt(ctx, job); err != nil {
+		t.Fatal(err)
+	}
+	if pending, _, _ := b.QueueDepth(ctx); pending != 1 {
+		t.Errorf("retry not queued: pending %d", pending)
+	}
+}
+
+// TestAttachReadsTheFarmsSettings: Attach finds the topology Open made and
+// reports its settings instead of imposing defaults.
+func TestAttachReadsTheFarmsSettings(t *testing.T) {
+	_, js := natstest.New(t)
+	if _, err := Attach(context.Background(), js); err == nil {
+		t.Fatal("Attach succeeded on a server without a topology")
+	}
+	cfg := DefaultConfig()
+	cfg.AckWait, cfg.MaxDeliver, cfg.HeartbeatTTL = 45*time.Second, 5, 10*time.Second
+	if _, err := Open(context.Background(), js, cfg); err != nil {
+		t.Fatal(err)
+	}
+	b, err := Attach(context.Background(), js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.cfg != cfg {
+		t.Errorf("attached settings %+v, want %+v", b.cfg, cfg)
+	}
+}

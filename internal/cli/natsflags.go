@@ -20,7 +20,20 @@ type natsFlags struct {
 }
 
 func (n *natsFlags) bind(cmd *cobra.Command) {
+	n.bindConnection(cmd)
 	n.cfg = bus.DefaultConfig()
+	f := cmd.Flags()
+	f.IntVar(&n.cfg.Replicas, "replicas", n.cfg.Replicas, "replicas of every stream and bucket (1 embedded, 3 on a cluster)")
+	f.DurationVar(&n.cfg.AckWait, "ack-wait", n.cfg.AckWait, "how long a job may go without progress before redelivery")
+	f.IntVar(&n.cfg.MaxDeliver, "max-deliver", n.cfg.MaxDeliver, "deliveries before a job is dead-lettered")
+	f.DurationVar(&n.cfg.DedupWindow, "dedup-window", n.cfg.DedupWindow, "duplicate-detection window of the streams")
+	f.IntVar(&n.cfg.MaxMsgSize, "max-msg-size", n.cfg.MaxMsgSize, "largest trajectory message; larger ones go through the object store")
+	f.DurationVar(&n.cfg.HeartbeatTTL, "heartbeat-ttl", n.cfg.HeartbeatTTL, "worker heartbeat lifetime")
+}
+
+// bindConnection binds only the connection flags, for commands that
+// attach to an existing topology.
+func (n *natsFlags) bindConnection(cmd *cobra.Command) {
 	f := cmd.Flags()
 	f.StringVar(&n.url, "nats", envOr("A2FARM_NATS", nats.DefaultURL), "NATS server URL(s), comma-separated (env A2FARM_NATS)")
 	f.StringVar(&n.user, "nats-user", envOr("A2FARM_NATS_USER", ""), "user name; the password comes from A2FARM_NATS_PASSWORD")
@@ -29,12 +42,6 @@ func (n *natsFlags) bind(cmd *cobra.Command) {
 	f.StringVar(&n.tlsCA, "nats-tls-ca", envOr("A2FARM_NATS_TLS_CA", ""), "CA certificate for TLS")
 	f.StringVar(&n.tlsCert, "nats-tls-cert", envOr("A2FARM_NATS_TLS_CERT", ""), "client certificate for mutual TLS")
 	f.StringVar(&n.tlsKey, "nats-tls-key", envOr("A2FARM_NATS_TLS_KEY", ""), "client key for mutual TLS")
-	f.IntVar(&n.cfg.Replicas, "replicas", n.cfg.Replicas, "replicas of every stream and bucket (1 embedded, 3 on a cluster)")
-	f.DurationVar(&n.cfg.AckWait, "ack-wait", n.cfg.AckWait, "how long a job may go without progress before redelivery")
-	f.IntVar(&n.cfg.MaxDeliver, "max-deliver", n.cfg.MaxDeliver, "deliveries before a job is dead-lettered")
-	f.DurationVar(&n.cfg.DedupWindow, "dedup-window", n.cfg.DedupWindow, "duplicate-detection window of the streams")
-	f.IntVar(&n.cfg.MaxMsgSize, "max-msg-size", n.cfg.MaxMsgSize, "largest trajectory message; larger ones go through the object store")
-	f.DurationVar(&n.cfg.HeartbeatTTL, "heartbeat-ttl", n.cfg.HeartbeatTTL, "worker heartbeat lifetime")
 }
 
 // connect dials NATS with the security options and opens the topology.
@@ -44,6 +51,15 @@ func (n *natsFlags) connect(ctx context.Context, name string) (*nats.Conn, *bus.
 	if err := n.cfg.Validate(); err != nil {
 		return nil, nil, &usageError{err}
 	}
+	return n.dial(ctx, name, func(js jetstream.JetStream) (*bus.Bus, error) { return bus.Open(ctx, js, n.cfg) })
+}
+
+// attach dials NATS and opens the existing topology without changing it.
+func (n *natsFlags) attach(ctx context.Context, name string) (*nats.Conn, *bus.Bus, error) {
+	return n.dial(ctx, name, func(js jetstream.JetStream) (*bus.Bus, error) { return bus.Attach(ctx, js) })
+}
+
+func (n *natsFlags) dial(ctx context.Context, name string, open func(jetstream.JetStream) (*bus.Bus, error)) (*nats.Conn, *bus.Bus, error) {
 	opts := []nats.Option{nats.Name("a2farm " + name), nats.MaxReconnects(-1), nats.ReconnectWait(time.Second)}
 	if n.user != "" {
 		opts = append(opts, nats.UserInfo(n.user, os.Getenv("A2FARM_NATS_PASSWORD")))
@@ -76,7 +92,7 @@ func (n *natsFlags) connect(ctx context.Context, name string) (*nats.Conn, *bus.
 		nc.Close()
 		return nil, nil, err
 	}
-	b, err := bus.Open(ctx, js, n.cfg)
+	b, err := open(js)
 	if err != nil {
 		nc.Close()
 		return nil, nil, err

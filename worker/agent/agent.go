@@ -89,7 +89,7 @@ func Run(ctx context.Context, cfg Config, ep Episode) (schema.Trajectory, error)
 	tr := schema.Trajectory{
 		JobID: job.JobID, RunID: job.RunID, Iteration: job.Iteration, InstanceID: job.InstanceID,
 		Repo: job.Repo, Sample: job.Sample, Status: schema.StatusOK, StartedAt: time.Now().UTC(),
-		PolicyVersion: job.Policy.Version,
+		PolicyVersion: job.Policy.Version, Attempt: max(job.Attempt, 1),
 	}
 	if cfg.WallTime > 0 {
 		var cancel context.CancelFunc

@@ -1,0 +1,64 @@
+package coordinator
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/a2farm/a2farm/internal/bus"
+)
+
+// FarmStatus is what `a2farm status` shows: the queue, the live workers
+// and how far each run has come.
+type FarmStatus struct {
+	At       time.Time       `json:"at"`
+	Pending  uint64          `json:"pending"`   // jobs not yet delivered
+	InFlight uint64          `json:"in_flight"` // delivered, not yet acknowledged
+	Workers  []bus.Heartbeat `json:"workers"`
+	Runs     []RunStatus     `json:"runs"`
+}
+
+// RunStatus is the progress of one run iteration.
+type RunStatus struct {
+	RunID     string    `json:"run_id"`
+	Iteration int64     `json:"iteration"`
+	Expected  int       `json:"expected"`
+	Accounted int       `json:"accounted"` // trajectories in the log, infra errors included
+	Dead      int       `json:"dead"`      // dead letters waiting for `jobs retry`
+	Created   time.Time `json:"created"`
+}
+
+// Status reads the farm's state from the bus; runID narrows it to one run.
+func Status(ctx context.Context, b *bus.Bus, runID string) (*FarmStatus, error) {
+	st := &FarmStatus{At: time.Now().UTC()}
+	var err error
+	if st.Pending, st.InFlight, err = b.QueueDepth(ctx); err != nil {
+		return nil, fmt.Errorf("queue depth: %w", err)
+	}
+	if st.Workers, err = b.LiveWorkers(ctx); err != nil {
+		return nil, fmt.Errorf("workers: %w", err)
+	}
+	runs, err := b.ListRuns(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("runs: %w", err)
+	}
+	for _, m := range runs {
+		if runID != "" && m.RunID != runID {
+			continue
+		}
+		n, err := Accounted(ctx, b, m.RunID, m.Iteration)
+		if err != nil {
+			return nil, err
+		}
+		dead, err := b.DeadCount(ctx, m.RunID)
+		if err != nil {
+			return nil, err
+		}
+		st.Runs = append(st.Runs, RunStatus{RunID: m.RunID, Iteration: m.Iteration, Expected: m.Expected,
+			Accounted: n, Dead: dead, Created: m.Created})
+	}
+	if runID != "" && len(st.Runs) == 0 {
+		return nil, fmt.Errorf("no run %q on this farm", runID)
+	}
+	return st, nil
+}

@@ -1,0 +1,108 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/a2farm/a2farm/coordinator"
+	"github.com/a2farm/a2farm/internal/bus"
+	"github.com/a2farm/a2farm/internal/natstest"
+	"github.com/a2farm/a2farm/schema"
+)
+
+// TestStatusAndJobsRetry: a job that fails every delivery shows up as dead
+// in `status`; `jobs retry` puts it back in the queue as attempt 2.
+func TestStatusAndJobsRetry(t *testing.T) {
+	srv := natstest.Server(t)
+	nc, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	cfg := bus.DefaultConfig()
+	cfg.AckWait, cfg.MaxDeliver = time.Second, 2
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	b, err := bus.Open(ctx, js, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.PutRun(ctx, &schema.RunManifest{RunID: "r", Samples: 1, Expected: 1, Created: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	job := schema.Job{JobID: "r/0/i/0", RunID: "r", InstanceID: "i", Attempt: 1}
+	if err := b.PublishJob(ctx, job); err != nil {
+		t.Fatal(err)
+	}
+	dead := make(chan bus.DeadLetter, 1)
+	go b.HandleDeadJobs(ctx, func(dl bus.DeadLetter) { dead <- dl })
+	for range 3 { // two failed deliveries, then a poll that finds it exhausted
+		batch, err := b.Consumer.Fetch(1, jetstream.FetchMaxWait(2*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for msg := range batch.Messages() {
+			msg.Nak()
+		}
+	}
+	select {
+	case <-dead:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the job was not dead-lettered")
+	}
+
+	flags := []string{"--nats", srv.ClientURL()}
+	status := func() coordinator.FarmStatus {
+		t.Helper()
+		code, out, errOut := run(t, append([]string{"status", "--json", "--run", "r"}, flags...)...)
+		if code != 0 {
+			t.Fatalf("status exit %d: %s", code, errOut)
+		}
+		var st coordinator.FarmStatus
+		if err := json.Unmarshal([]byte(out), &st); err != nil {
+			t.Fatalf("status output %q: %v", out, err)
+		}
+		return st
+	}
+	st := status()
+	if len(st.Runs) != 1 || st.Runs[0].Dead != 1 || st.Runs[0].Accounted != 1 || st.Pending != 0 {
+		t.Fatalf("status before retry = %+v", st)
+	}
+	code, out, errOut := run(t, append([]string{"jobs", "retry", "--run", "r"}, flags...)...)
+	if code != 0 || !strings.Contains(out, "requeued 1 dead jobs") {
+		t.Fatalf("jobs retry exit %d: %s %s", code, out, errOut)
+	}
+	st = status()
+	if st.Runs[0].Dead != 0 || st.Pending != 1 {
+		t.Fatalf("status after retry = %+v", st)
+	}
+	batch, err := b.Consumer.Fetch(1, jetstream.FetchMaxWait(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for msg := range batch.Messages() {
+		got, err := bus.DecodeJob(msg)
+		if err != nil || got.JobID != job.JobID || got.Attempt != 2 {
+			t.Errorf("requeued job = %+v, %v", got, err)
+		}
+		msg.Ack()
+	}
+	if code, out, _ := run(t, append([]string{"status"}, flags...)...); code != 0 || !strings.Contains(out, "RUN") {
+		t.Errorf("table status exit %d:\n%s", code, out)
+	}
+	if code, _, _ := run(t, append([]string{"status", "--run", "nope"}, flags...)...); code == 0 {
+		t.Error("status of an unknown run succeeded")
+	}
+	// status and jobs retry attach to the topology without resetting it.
+	info, err := b.Consumer.Info(ctx)
+	if err != nil || info.Config.MaxDeliver != 2 || info.Config.AckWait != time.Second {
+		t.Errorf("the farm's consumer changed: %+v, %v", info.Config, err)
+	}
+}

@@ -1,0 +1,91 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/a2farm/a2farm/coordinator"
+)
+
+func newStatusCmd(e *env) *cobra.Command {
+	var nf natsFlags
+	var runID string
+	var watch time.Duration
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "status [--run ID] [--watch 5s] [--json]",
+		Short: "Show queue depth, live workers and the progress of each run",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			if watch < 0 {
+				return usagef("--watch must be a positive interval")
+			}
+			nc, b, err := nf.attach(ctx, "status")
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			for {
+				st, err := coordinator.Status(ctx, b, runID)
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					if err := json.NewEncoder(e.stdout).Encode(st); err != nil {
+						return err
+					}
+				} else {
+					printStatus(e.stdout, st)
+				}
+				if watch == 0 {
+					return nil
+				}
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-time.After(watch):
+				}
+				if !asJSON {
+					fmt.Fprintln(e.stdout)
+				}
+			}
+		},
+	}
+	nf.bindConnection(cmd)
+	cmd.Flags().StringVar(&runID, "run", "", "show only this run")
+	cmd.Flags().DurationVar(&watch, "watch", 0, "repeat every interval until interrupted")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "one JSON object per report")
+	return cmd
+}
+
+func printStatus(w io.Writer, st *coordinator.FarmStatus) {
+	capacity, active := 0, 0
+	for _, hb := range st.Workers {
+		capacity += hb.Capacity
+		active += hb.Active
+	}
+	fmt.Fprintf(w, "%s  queue: %d pending, %d in flight; workers: %d live, %d/%d episodes running\n",
+		st.At.Format(time.RFC3339), st.Pending, st.InFlight, len(st.Workers), active, capacity)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	if len(st.Workers) > 0 {
+		fmt.Fprintln(tw, "WORKER\tHOST\tACTIVE\tDONE\tVERSION\tLAST SEEN")
+		for _, hb := range st.Workers {
+			fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%d\t%s\t%s ago\n", hb.ID, hb.Host, hb.Active, hb.Capacity, hb.Done,
+				hb.Version, st.At.Sub(hb.Updated).Round(time.Second))
+		}
+	}
+	if len(st.Runs) > 0 {
+		fmt.Fprintln(tw, "RUN\tITERATION\tDONE\tDEAD\tCREATED")
+		for _, r := range st.Runs {
+			fmt.Fprintf(tw, "%s\t%d\t%d/%d\t%d\t%s\n", r.RunID, r.Iteration, r.Accounted, r.Expected, r.Dead,
+				r.Created.Format(time.RFC3339))
+		}
+	}
+	tw.Flush()
+}

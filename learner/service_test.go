@@ -1,0 +1,86 @@
+package learner
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/a2farm/a2farm/internal/bus"
+	"github.com/a2farm/a2farm/internal/natstest"
+	"github.com/a2farm/a2farm/schema"
+)
+
+// TestServeReplacesRetriedInfraError: a group closes with an infra_error
+// in it; when the retried job's second attempt arrives, the archive keeps
+// the success and the group's shard is written again with its rows.
+func TestServeReplacesRetriedInfraError(t *testing.T) {
+	_, js := natstest.New(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	b, err := bus.Open(ctx, js, bus.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.PutRun(ctx, &schema.RunManifest{RunID: "r", Samples: 2, Instances: []string{"i1"}, Expected: 2,
+		Gold: gold, Created: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	type closing struct{ trajectories, rows int }
+	closed := make(chan closing, 4)
+	out := t.TempDir()
+	done := make(chan error, 1)
+	go func() {
+		done <- Serve(ctx, ServiceConfig{Bus: b, Out: out, Learner: DefaultConfig(), Log: zerolog.Nop(),
+			OnGroupClosed: func(_ string, _ int64, _ string, trajectories, rows int) {
+				closed <- closing{trajectories, rows}
+			}})
+	}()
+	wait := func() closing {
+		t.Helper()
+		select {
+		case c := <-closed:
+			return c
+		case <-time.After(15 * time.Second):
+			t.Fatal("the group did not close")
+			return closing{}
+		}
+	}
+
+	failed := traj(1, schema.StatusInfraError, false, "read")
+	failed.Turns, failed.Attempt = nil, 1
+	for _, tr := range []schema.Trajectory{traj(0, schema.StatusOK, true, "read"), failed} {
+		if err := b.PublishTrajectory(ctx, tr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first := wait()
+	retried := traj(1, schema.StatusOK, true, "read")
+	retried.Attempt = 2
+	if err := b.PublishTrajectory(ctx, retried); err != nil {
+		t.Fatal(err)
+	}
+	second := wait()
+	if first.trajectories != 2 || second.trajectories != 2 || second.rows <= first.rows {
+		t.Errorf("closings: first %+v, after the retry %+v; want the retry's rows added", first, second)
+	}
+	trs, err := schema.ReadTrajectoryDir(filepath.Join(out, "archive", "r", "0", "i1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tr := range trs {
+		if tr.Status != schema.StatusOK {
+			t.Errorf("archived sample %d has status %s after the retry", tr.Sample, tr.Status)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(out, "shards", "r", "0", "i1")); err != nil {
+		t.Errorf("shards of the group: %v", err)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
