@@ -37,6 +37,8 @@ type Config struct {
 	WorkerID string
 	Version  string
 	Log      zerolog.Logger
+	// OnTrajectory sees every trajectory once it is published (metrics).
+	OnTrajectory func(schema.Trajectory)
 	// Hooks for tests; nil in production.
 	OnJobStarted func(jobID string)
 	OnJobSettled func(jobID string, outcome string)
@@ -260,6 +262,9 @@ func (w *farmWorker) runJob(ctx context.Context, job schema.Job, msg jetstream.M
 	tr.WorkerID = w.cfg.WorkerID
 	if err := w.cfg.Bus.PublishTrajectory(context.WithoutCancel(ctx), tr); err != nil {
 		return RetryAfter(err, 5*time.Second)
+	}
+	if w.cfg.OnTrajectory != nil {
+		w.cfg.OnTrajectory(tr)
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"path/filepath"
 	"time"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/a2farm/a2farm/coordinator"
 	"github.com/a2farm/a2farm/coordinator/dataset"
+	"github.com/a2farm/a2farm/internal/bus"
 	"github.com/a2farm/a2farm/internal/gitrepo"
 	"github.com/a2farm/a2farm/internal/gold"
 	"github.com/a2farm/a2farm/learner"
@@ -74,6 +76,18 @@ func newCoordinatorCmd(e *env) *cobra.Command {
 			if detach {
 				return nil
 			}
+			// Jobs that exhaust their deliveries are dead-lettered here
+			// too; with a learner running, each advisory goes to one of them.
+			deadCtx, stopDead := context.WithCancel(ctx)
+			deadDone := make(chan struct{})
+			go func() {
+				defer close(deadDone)
+				_ = b.HandleDeadJobs(deadCtx, func(dl bus.DeadLetter) {
+					e.log.Warn().Str("job", dl.Job.JobID).Int("deliveries", dl.Deliveries).
+						Msg("job dead-lettered; requeue it with `a2farm jobs retry`")
+				})
+			}()
+			defer func() { stopDead(); <-deadDone }()
 			wait, done := e.progress("trajectories")
 			for {
 				n, err := coordinator.Accounted(ctx, b, runID, iteration)
@@ -113,6 +127,7 @@ func newCoordinatorCmd(e *env) *cobra.Command {
 
 func newWorkerCmd(e *env) *cobra.Command {
 	var nf natsFlags
+	var mf metricsFlags
 	var pf policyFlags
 	var cf cacheFlags
 	var reposDir, policyName, id string
@@ -139,15 +154,21 @@ func newWorkerCmd(e *env) *cobra.Command {
 				return err
 			}
 			defer nc.Close()
+			metrics, waitMetrics, err := mf.start(cmd.Context(), e, nc, b)
+			if err != nil {
+				return err
+			}
+			defer waitMetrics()
 			repos := gitrepo.NewSet(reposDir)
 			defer repos.Close()
 			e.log.Info().Int("concurrency", concurrency).Msg("worker started")
 			return worker.Run(cmd.Context(), worker.Config{Bus: b, Repos: repos, Model: model, Index: opts,
 				Concurrency: concurrency, Grace: grace, WorkerID: id, Version: version(), Log: e.log,
-				Agent: agent.Config{TextMode: pf.textMode}})
+				Agent: agent.Config{TextMode: pf.textMode}, OnTrajectory: metrics.ObserveTrajectory})
 		},
 	}
 	nf.bind(cmd)
+	mf.bind(cmd)
 	pf.bind(cmd)
 	cf.bind(cmd)
 	f := cmd.Flags()
@@ -161,6 +182,7 @@ func newWorkerCmd(e *env) *cobra.Command {
 
 func newLearnerCmd(e *env) *cobra.Command {
 	var nf natsFlags
+	var mf metricsFlags
 	var out string
 	var deadline time.Duration
 	cfg := learner.DefaultConfig()
@@ -177,15 +199,22 @@ func newLearnerCmd(e *env) *cobra.Command {
 				return err
 			}
 			defer nc.Close()
+			metrics, waitMetrics, err := mf.start(cmd.Context(), e, nc, b)
+			if err != nil {
+				return err
+			}
+			defer waitMetrics()
 			e.log.Info().Str("out", out).Msg("learner started")
 			return learner.Serve(cmd.Context(), learner.ServiceConfig{Bus: b, Out: out, Learner: cfg, GroupDeadline: deadline, Log: e.log,
 				OnGroupClosed: func(run string, it int64, inst string, n, rows int) {
+					metrics.GroupClosed(rows)
 					e.log.Info().Str("run", run).Str("instance", inst).Int("trajectories", n).Int("rows", rows).
 						Str("shards", filepath.Join(out, "shards")).Msg("group written")
 				}})
 		},
 	}
 	nf.bind(cmd)
+	mf.bind(cmd)
 	f := cmd.Flags()
 	f.StringVar(&out, "out", "", "folder for the archive and shards")
 	f.DurationVar(&deadline, "group-deadline", 30*time.Minute, "close a group still missing trajectories this long after its first")

@@ -132,9 +132,11 @@ func TestMultiProcessFarmSurvivesAKilledWorker(t *testing.T) {
 	workerArgs := append([]string{"worker", "--repos", filepath.Join(dir, "sample", "repos"), "--policy", "openai",
 		"--base-url", policy.URL + "/v1", "--model", "m", "--concurrency", "4", "--grace", "1s"}, common...)
 	w1 := start(t, bin, auth, append(workerArgs, "--id", "w1")...)
-	start(t, bin, auth, append(workerArgs, "--id", "w2")...)
+	workerMetrics := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	start(t, bin, auth, append(workerArgs, "--id", "w2", "--metrics-addr", workerMetrics)...)
 	learnerOut := filepath.Join(dir, "learner")
-	start(t, bin, auth, append([]string{"learner", "--out", learnerOut}, common...)...)
+	learnerMetrics := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	start(t, bin, auth, append([]string{"learner", "--out", learnerOut, "--metrics-addr", learnerMetrics}, common...)...)
 
 	coord := exec.Command(bin, append([]string{"coordinator", "--dataset", filepath.Join(dir, "sample", "dataset.jsonl"),
 		"--repos", filepath.Join(dir, "sample", "repos"), "--run", "mp", "--samples", "4", "--policy", "openai"}, common...)...)
@@ -195,4 +197,47 @@ func TestMultiProcessFarmSurvivesAKilledWorker(t *testing.T) {
 		}
 	}
 	t.Logf("trajectories by worker: %v", byWorker)
+
+	// The surviving worker and the learner report on /metrics and /healthz.
+	scrape := func(addr, path string) string {
+		t.Helper()
+		resp, err := http.Get("http://" + addr + path)
+		if err != nil {
+			t.Fatalf("GET %s%s: %v", addr, path, err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("GET %s%s: %d %s", addr, path, resp.StatusCode, body)
+		}
+		return string(body)
+	}
+	scrape(workerMetrics, "/healthz")
+	// (w2 may also have answered a job w1 had answered just before it was
+	// killed: that trajectory is deduplicated, but w2 counted its episode.)
+	if m := scrape(workerMetrics, "/metrics"); !strings.Contains(m, `a2farm_episodes_total{status="ok"}`) ||
+		!strings.Contains(m, "a2farm_queue_pending 0") {
+		t.Errorf("worker metrics lack its episodes or the empty queue:\n%s", grepLines(m, "a2farm_"))
+	}
+	var m string
+	for range 50 { // groups close just after their last trajectory is archived
+		if m = scrape(learnerMetrics, "/metrics"); strings.Contains(m, "a2farm_groups_closed_total 6") {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if !strings.Contains(m, "a2farm_groups_closed_total 6") {
+		t.Errorf("learner metrics lack the 6 closed groups:\n%s", grepLines(m, "a2farm_"))
+	}
+}
+
+// grepLines keeps the lines of s that contain sub.
+func grepLines(s, sub string) string {
+	var out []string
+	for line := range strings.Lines(s) {
+		if strings.Contains(line, sub) {
+			out = append(out, line)
+		}
+	}
+	return strings.Join(out, "")
 }

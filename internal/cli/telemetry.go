@@ -1,0 +1,50 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"net"
+
+	"github.com/nats-io/nats.go"
+	"github.com/spf13/cobra"
+
+	"github.com/a2farm/a2farm/internal/bus"
+	"github.com/a2farm/a2farm/internal/telemetry"
+)
+
+// metricsFlags serve /metrics and /healthz from a long-running command.
+type metricsFlags struct{ addr string }
+
+func (f *metricsFlags) bind(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&f.addr, "metrics-addr", envOr("A2FARM_METRICS_ADDR", ""),
+		"serve Prometheus /metrics and /healthz on this address, e.g. :9464 (env A2FARM_METRICS_ADDR; empty: off)")
+}
+
+// start serves in the background until ctx ends and returns the
+// instruments to feed (also when serving is off, so callers need no
+// branches) and a function that waits for the server to stop.
+func (f *metricsFlags) start(ctx context.Context, e *env, nc *nats.Conn, b *bus.Bus) (*telemetry.Metrics, func(), error) {
+	m := telemetry.New()
+	m.WatchQueue(b.QueueDepth)
+	if f.addr == "" {
+		return m, func() {}, nil
+	}
+	ln, err := net.Listen("tcp", f.addr)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--metrics-addr: %w", err)
+	}
+	healthy := func(context.Context) error {
+		if !nc.IsConnected() {
+			return fmt.Errorf("not connected to NATS (%s)", nc.Status())
+		}
+		return nil
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := telemetry.Serve(ctx, ln, m, healthy, e.log); err != nil {
+			e.log.Error().Err(err).Msg("metrics server stopped")
+		}
+	}()
+	return m, func() { <-done }, nil
+}

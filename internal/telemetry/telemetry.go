@@ -1,0 +1,144 @@
+// Package telemetry serves what operators scrape from every long-running
+// command: Prometheus metrics on /metrics and liveness on /healthz. Each
+// process owns its registry; nothing is registered globally.
+package telemetry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/rs/zerolog"
+
+	"github.com/a2farm/a2farm/schema"
+)
+
+// Metrics are the farm's instruments.
+type Metrics struct {
+	reg           *prometheus.Registry
+	episodes      *prometheus.CounterVec
+	turnLatency   prometheus.Histogram
+	toolLatency   *prometheus.HistogramVec
+	policyLatency prometheus.Histogram
+	policyErrors  prometheus.Counter
+	tokens        *prometheus.CounterVec
+	groups        prometheus.Counter
+	shardRows     prometheus.Counter
+}
+
+// New makes the instruments in a fresh registry, with the Go runtime and
+// process collectors alongside.
+func New() *Metrics {
+	// Latencies run from sub-millisecond tool calls to minute-long turns.
+	buckets := prometheus.ExponentialBuckets(0.0005, 2.5, 14)
+	m := &Metrics{
+		reg: prometheus.NewRegistry(),
+		episodes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "a2farm_episodes_total",
+			Help: "Episodes finished, by status."}, []string{"status"}),
+		turnLatency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "a2farm_turn_seconds",
+			Help: "Time of one agent turn: the policy call plus the tool call.", Buckets: buckets}),
+		toolLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "a2farm_tool_seconds",
+			Help: "Time of one tool call, by tool.", Buckets: buckets}, []string{"tool"}),
+		policyLatency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "a2farm_policy_seconds",
+			Help: "Time of one policy (chat completion) call.", Buckets: buckets}),
+		policyErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "a2farm_policy_errors_total",
+			Help: "Episodes ended by a policy error."}),
+		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "a2farm_tokens_total",
+			Help: "Policy tokens, by kind (prompt, completion)."}, []string{"kind"}),
+		groups: prometheus.NewCounter(prometheus.CounterOpts{Name: "a2farm_groups_closed_total",
+			Help: "Instance groups closed by the learner (shards written)."}),
+		shardRows: prometheus.NewCounter(prometheus.CounterOpts{Name: "a2farm_shard_rows_total",
+			Help: "Training rows written to shards."}),
+	}
+	m.reg.MustRegister(m.episodes, m.turnLatency, m.toolLatency, m.policyLatency, m.policyErrors, m.tokens,
+		m.groups, m.shardRows, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// ObserveTrajectory counts a finished episode and its turns.
+func (m *Metrics) ObserveTrajectory(tr schema.Trajectory) {
+	m.episodes.WithLabelValues(tr.Status).Inc()
+	if tr.Status == schema.StatusPolicyError {
+		m.policyErrors.Inc()
+	}
+	m.tokens.WithLabelValues("prompt").Add(float64(tr.PromptTokens))
+	m.tokens.WithLabelValues("completion").Add(float64(tr.CompletionTokens))
+	for _, t := range tr.Turns {
+		m.policyLatency.Observe(t.PolicyLatencyMS / 1e3)
+		m.turnLatency.Observe((t.PolicyLatencyMS + t.ToolLatencyMS) / 1e3)
+		if t.ToolName != "" {
+			m.toolLatency.WithLabelValues(t.ToolName).Observe(t.ToolLatencyMS / 1e3)
+		}
+	}
+}
+
+// GroupClosed counts a group the learner wrote and its rows.
+func (m *Metrics) GroupClosed(rows int) {
+	m.groups.Inc()
+	m.shardRows.Add(float64(rows))
+}
+
+// QueueDepth reads the jobs queue: not yet delivered, and delivered but
+// not acknowledged.
+type QueueDepth func(ctx context.Context) (pending, inFlight uint64, err error)
+
+// WatchQueue exports the queue depth, read from the server at each scrape
+// so that every process reports the same number.
+func (m *Metrics) WatchQueue(depth QueueDepth) {
+	read := func(inFlight bool) func() float64 {
+		return func() float64 {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			p, f, err := depth(ctx)
+			if err != nil {
+				return -1 // visible in dashboards as "unknown", not as an empty queue
+			}
+			if inFlight {
+				return float64(f)
+			}
+			return float64(p)
+		}
+	}
+	m.reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "a2farm_queue_pending",
+			Help: "Jobs not yet delivered to a worker (-1: the server could not be asked)."}, read(false)),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "a2farm_queue_in_flight",
+			Help: "Jobs delivered and not yet acknowledged (-1: the server could not be asked)."}, read(true)))
+}
+
+// Health reports whether the process can do its work.
+type Health func(ctx context.Context) error
+
+// Serve answers /metrics and /healthz on ln until ctx ends. The caller
+// listens, so a taken port is reported before any work starts.
+func Serve(ctx context.Context, ln net.Listener, m *Metrics, health Health, log zerolog.Logger) error {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		if err := health(ctx); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		<-ctx.Done()
+		shutdownCtx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(shutdownCtx)
+	}()
+	log.Info().Str("addr", ln.Addr().String()).Msg("serving /metrics and /healthz")
+	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,103 @@
+package telemetry
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/rs/zerolog"
+
+	"github.com/a2farm/a2farm/internal/bus"
+	"github.com/a2farm/a2farm/internal/natstest"
+	"github.com/a2farm/a2farm/schema"
+)
+
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
+}
+
+func TestMetricsAndHealth(t *testing.T) {
+	_, js := natstest.New(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	b, err := bus.Open(ctx, js, bus.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"r/0/i/0", "r/0/i/1"} {
+		if err := b.PublishJob(ctx, schema.Job{JobID: id, RunID: "r", InstanceID: "i", Attempt: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m := New()
+	m.WatchQueue(b.QueueDepth)
+	m.ObserveTrajectory(schema.Trajectory{Status: schema.StatusOK, PromptTokens: 100, CompletionTokens: 7,
+		Turns: []schema.Turn{
+			{ToolName: "search_code_snippets", PolicyLatencyMS: 120, ToolLatencyMS: 3},
+			{ToolName: "finish", PolicyLatencyMS: 80},
+		}})
+	m.ObserveTrajectory(schema.Trajectory{Status: schema.StatusPolicyError})
+	m.GroupClosed(5)
+
+	var unhealthy atomic.Bool
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		done <- Serve(ctx, ln, m, func(context.Context) error {
+			if unhealthy.Load() {
+				return errors.New("not connected")
+			}
+			return nil
+		}, zerolog.Nop())
+	}()
+	base := "http://" + ln.Addr().String()
+
+	code, body := get(t, base+"/metrics")
+	if code != http.StatusOK {
+		t.Fatalf("/metrics: %d", code)
+	}
+	for _, want := range []string{
+		`a2farm_episodes_total{status="ok"} 1`,
+		`a2farm_episodes_total{status="policy_error"} 1`,
+		`a2farm_policy_errors_total 1`,
+		`a2farm_tokens_total{kind="prompt"} 100`,
+		`a2farm_tokens_total{kind="completion"} 7`,
+		`a2farm_tool_seconds_count{tool="search_code_snippets"} 1`,
+		`a2farm_turn_seconds_count 2`,
+		`a2farm_policy_seconds_sum 0.2`,
+		`a2farm_groups_closed_total 1`,
+		`a2farm_shard_rows_total 5`,
+		`a2farm_queue_pending 2`,
+		`a2farm_queue_in_flight 0`,
+		`go_goroutines`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	if code, _ := get(t, base+"/healthz"); code != http.StatusOK {
+		t.Errorf("/healthz while healthy: %d", code)
+	}
+	unhealthy.Store(true)
+	if code, body := get(t, base+"/healthz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "not connected") {
+		t.Errorf("/healthz while unhealthy: %d %q", code, body)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
