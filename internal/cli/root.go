@@ -52,6 +52,20 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return exitCode(ctx, err, stderr)
 }
 
+// CheckArgs reports whether args name an a2farm command and flags it
+// accepts, without running anything: deployment files are tested with it.
+func CheckArgs(args []string) error {
+	root := newRoot(&env{stdout: io.Discard, stderr: io.Discard})
+	cmd, rest, err := root.Find(args)
+	if err != nil {
+		return err
+	}
+	if cmd == root {
+		return fmt.Errorf("no a2farm command in %q", args)
+	}
+	return cmd.ParseFlags(rest)
+}
+
 // exitCode maps an error to an exit code and prints it once.
 func exitCode(ctx context.Context, err error, stderr io.Writer) int {
 	if err == nil {

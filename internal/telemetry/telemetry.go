@@ -61,6 +61,9 @@ func New() *Metrics {
 	return m
 }
 
+// Gatherer exposes the registry (tests, and embedding in another server).
+func (m *Metrics) Gatherer() prometheus.Gatherer { return m.reg }
+
 // ObserveTrajectory counts a finished episode and its turns.
 func (m *Metrics) ObserveTrajectory(tr schema.Trajectory) {
 	m.episodes.WithLabelValues(tr.Status).Inc()
