@@ -14,6 +14,9 @@ type FarmStatus struct {
 	At       time.Time       `json:"at"`
 	Pending  uint64          `json:"pending"`   // jobs not yet delivered
 	InFlight uint64          `json:"in_flight"` // delivered, not yet acknowledged
+	// Redelivered counts jobs delivered more than once and not yet done:
+	// workers that died or timed out on them.
+	Redelivered uint64 `json:"redelivered"`
 	Workers  []bus.Heartbeat `json:"workers"`
 	Runs     []RunStatus     `json:"runs"`
 }
@@ -26,15 +29,21 @@ type RunStatus struct {
 	Accounted int       `json:"accounted"` // trajectories in the log, infra errors included
 	Dead      int       `json:"dead"`      // dead letters waiting for `jobs retry`
 	Created   time.Time `json:"created"`
+	// PerMinute is the run's average trajectory rate since it was
+	// published; ETA extrapolates it to the jobs still missing.
+	PerMinute float64       `json:"per_minute"`
+	ETA       time.Duration `json:"eta_ns,omitempty"`
 }
 
 // Status reads the farm's state from the bus; runID narrows it to one run.
 func Status(ctx context.Context, b *bus.Bus, runID string) (*FarmStatus, error) {
 	st := &FarmStatus{At: time.Now().UTC()}
 	var err error
-	if st.Pending, st.InFlight, err = b.QueueDepth(ctx); err != nil {
+	info, err := b.Consumer.Info(ctx)
+	if err != nil {
 		return nil, fmt.Errorf("queue depth: %w", err)
 	}
+	st.Pending, st.InFlight, st.Redelivered = info.NumPending, uint64(info.NumAckPending), uint64(info.NumRedelivered)
 	if st.Workers, err = b.LiveWorkers(ctx); err != nil {
 		return nil, fmt.Errorf("workers: %w", err)
 	}
@@ -54,8 +63,14 @@ func Status(ctx context.Context, b *bus.Bus, runID string) (*FarmStatus, error) 
 		if err != nil {
 			return nil, err
 		}
-		st.Runs = append(st.Runs, RunStatus{RunID: m.RunID, Iteration: m.Iteration, Expected: m.Expected,
-			Accounted: n, Dead: dead, Created: m.Created})
+		r := RunStatus{RunID: m.RunID, Iteration: m.Iteration, Expected: m.Expected, Accounted: n, Dead: dead, Created: m.Created}
+		if elapsed := st.At.Sub(m.Created); elapsed > 0 && n > 0 {
+			r.PerMinute = float64(n) / elapsed.Minutes()
+			if n < m.Expected {
+				r.ETA = time.Duration(float64(m.Expected-n) / r.PerMinute * float64(time.Minute))
+			}
+		}
+		st.Runs = append(st.Runs, r)
 	}
 	if runID != "" && len(st.Runs) == 0 {
 		return nil, fmt.Errorf("no run %q on this farm", runID)

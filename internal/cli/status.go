@@ -70,8 +70,8 @@ func printStatus(w io.Writer, st *coordinator.FarmStatus) {
 		capacity += hb.Capacity
 		active += hb.Active
 	}
-	fmt.Fprintf(w, "%s  queue: %d pending, %d in flight; workers: %d live, %d/%d episodes running\n",
-		st.At.Format(time.RFC3339), st.Pending, st.InFlight, len(st.Workers), active, capacity)
+	fmt.Fprintf(w, "%s  queue: %d pending, %d in flight, %d redelivered; workers: %d live, %d/%d episodes running\n",
+		st.At.Format(time.RFC3339), st.Pending, st.InFlight, st.Redelivered, len(st.Workers), active, capacity)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	if len(st.Workers) > 0 {
 		fmt.Fprintln(tw, "WORKER\tHOST\tACTIVE\tDONE\tVERSION\tLAST SEEN")
@@ -81,10 +81,14 @@ func printStatus(w io.Writer, st *coordinator.FarmStatus) {
 		}
 	}
 	if len(st.Runs) > 0 {
-		fmt.Fprintln(tw, "RUN\tITERATION\tDONE\tDEAD\tCREATED")
+		fmt.Fprintln(tw, "RUN\tITERATION\tDONE\tDEAD\tPER MIN\tETA\tCREATED")
 		for _, r := range st.Runs {
-			fmt.Fprintf(tw, "%s\t%d\t%d/%d\t%d\t%s\n", r.RunID, r.Iteration, r.Accounted, r.Expected, r.Dead,
-				r.Created.Format(time.RFC3339))
+			eta := "-"
+			if r.ETA > 0 {
+				eta = r.ETA.Round(time.Second).String()
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%d/%d\t%d\t%.1f\t%s\t%s\n", r.RunID, r.Iteration, r.Accounted, r.Expected, r.Dead,
+				r.PerMinute, eta, r.Created.Format(time.RFC3339))
 		}
 	}
 	tw.Flush()
