@@ -11,14 +11,14 @@ import (
 // FarmStatus is what `a2farm status` shows: the queue, the live workers
 // and how far each run has come.
 type FarmStatus struct {
-	At       time.Time       `json:"at"`
-	Pending  uint64          `json:"pending"`   // jobs not yet delivered
-	InFlight uint64          `json:"in_flight"` // delivered, not yet acknowledged
+	At       time.Time `json:"at"`
+	Pending  uint64    `json:"pending"`   // jobs not yet delivered
+	InFlight uint64    `json:"in_flight"` // delivered, not yet acknowledged
 	// Redelivered counts jobs delivered more than once and not yet done:
 	// workers that died or timed out on them.
-	Redelivered uint64 `json:"redelivered"`
-	Workers  []bus.Heartbeat `json:"workers"`
-	Runs     []RunStatus     `json:"runs"`
+	Redelivered uint64          `json:"redelivered"`
+	Workers     []bus.Heartbeat `json:"workers"`
+	Runs        []RunStatus     `json:"runs"`
 }
 
 // RunStatus is the progress of one run iteration.
