@@ -81,16 +81,27 @@ func Run(ctx context.Context, cfg Config) error {
 	hbDone := make(chan struct{})
 	go w.heartbeat(ctx, hbDone)
 	for ctx.Err() == nil {
+		// Take every free slot (at least one) and ask for that many jobs
+		// in one pull: one round trip per batch, not per job.
 		select {
 		case slots <- struct{}{}:
 		case <-ctx.Done():
 			continue
 		}
-		msg, err := cfg.Bus.Consumer.Next(jetstream.FetchMaxWait(2 * time.Second))
-		if err != nil {
-			<-slots
-			if errors.Is(err, jetstream.ErrNoMessages) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) {
+		want := 1
+		for want < cap(slots) {
+			select {
+			case slots <- struct{}{}:
+				want++
 				continue
+			default:
+			}
+			break
+		}
+		batch, err := cfg.Bus.Consumer.Fetch(want, jetstream.FetchMaxWait(2*time.Second))
+		if err != nil {
+			for range want {
+				<-slots
 			}
 			if ctx.Err() != nil {
 				break
@@ -99,12 +110,23 @@ func Run(ctx context.Context, cfg Config) error {
 			time.Sleep(time.Second)
 			continue
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() { <-slots }()
-			w.handle(workCtx, msg)
-		}()
+		got := 0
+		for msg := range batch.Messages() {
+			got++
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer func() { <-slots }()
+				w.handle(workCtx, msg)
+			}()
+		}
+		for range want - got { // slots the pull did not fill
+			<-slots
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) &&
+			!errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, nats.ErrTimeout) && ctx.Err() == nil {
+			cfg.Log.Warn().Err(err).Msg("pull ended early")
+		}
 	}
 	// Phase two: wait for the grace period, then cancel what still runs.
 	done := make(chan struct{})
