@@ -21,6 +21,7 @@ import (
 
 func newCoordinatorCmd(e *env) *cobra.Command {
 	var nf natsFlags
+	var mf metricsFlags
 	var pf policyFlags
 	var datasetPath, reposDir, runID, policyName string
 	var samples int
@@ -41,6 +42,11 @@ func newCoordinatorCmd(e *env) *cobra.Command {
 				return err
 			}
 			defer nc.Close()
+			_, stopMetrics, err := mf.start(ctx, e, nc, b)
+			if err != nil {
+				return err
+			}
+			defer stopMetrics()
 			repos := gitrepo.NewSet(reposDir)
 			defer repos.Close()
 			ds, err := dataset.Load(ctx, datasetPath, dataset.Options{Strict: strict, Repos: repos})
@@ -109,6 +115,7 @@ func newCoordinatorCmd(e *env) *cobra.Command {
 		},
 	}
 	nf.bind(cmd)
+	mf.bind(cmd)
 	pf.bind(cmd)
 	f := cmd.Flags()
 	f.StringVar(&datasetPath, "dataset", "", "dataset JSONL or Parquet")
@@ -154,11 +161,11 @@ func newWorkerCmd(e *env) *cobra.Command {
 				return err
 			}
 			defer nc.Close()
-			metrics, waitMetrics, err := mf.start(cmd.Context(), e, nc, b)
+			metrics, stopMetrics, err := mf.start(cmd.Context(), e, nc, b)
 			if err != nil {
 				return err
 			}
-			defer waitMetrics()
+			defer stopMetrics()
 			repos := gitrepo.NewSet(reposDir)
 			defer repos.Close()
 			e.log.Info().Int("concurrency", concurrency).Msg("worker started")
@@ -199,11 +206,11 @@ func newLearnerCmd(e *env) *cobra.Command {
 				return err
 			}
 			defer nc.Close()
-			metrics, waitMetrics, err := mf.start(cmd.Context(), e, nc, b)
+			metrics, stopMetrics, err := mf.start(cmd.Context(), e, nc, b)
 			if err != nil {
 				return err
 			}
-			defer waitMetrics()
+			defer stopMetrics()
 			e.log.Info().Str("out", out).Msg("learner started")
 			return learner.Serve(cmd.Context(), learner.ServiceConfig{Bus: b, Out: out, Learner: cfg, GroupDeadline: deadline, Log: e.log,
 				OnGroupClosed: func(run string, it int64, inst string, n, rows int) {

@@ -139,7 +139,9 @@ func TestMultiProcessFarmSurvivesAKilledWorker(t *testing.T) {
 	start(t, bin, auth, append([]string{"learner", "--out", learnerOut, "--metrics-addr", learnerMetrics}, common...)...)
 
 	coord := exec.Command(bin, append([]string{"coordinator", "--dataset", filepath.Join(dir, "sample", "dataset.jsonl"),
-		"--repos", filepath.Join(dir, "sample", "repos"), "--run", "mp", "--samples", "4", "--policy", "openai"}, common...)...)
+		"--repos", filepath.Join(dir, "sample", "repos"), "--run", "mp", "--samples", "4", "--policy", "openai",
+		// serving metrics must not keep it from exiting when the run is done
+		"--metrics-addr", fmt.Sprintf("127.0.0.1:%d", freePort(t))}, common...)...)
 	coord.Env = append(os.Environ(), auth...)
 	var coordOut strings.Builder
 	coord.Stdout, coord.Stderr = &coordOut, &coordOut

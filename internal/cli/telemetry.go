@@ -20,9 +20,9 @@ func (f *metricsFlags) bind(cmd *cobra.Command) {
 		"serve Prometheus /metrics and /healthz on this address, e.g. :9464 (env A2FARM_METRICS_ADDR; empty: off)")
 }
 
-// start serves in the background until ctx ends and returns the
-// instruments to feed (also when serving is off, so callers need no
-// branches) and a function that waits for the server to stop.
+// start serves in the background and returns the instruments to feed
+// (also when serving is off, so callers need no branches) and a function
+// that stops the server and waits for it; call it on every return path.
 func (f *metricsFlags) start(ctx context.Context, e *env, nc *nats.Conn, b *bus.Bus) (*telemetry.Metrics, func(), error) {
 	m := telemetry.New()
 	m.WatchQueue(b.QueueDepth)
@@ -39,6 +39,7 @@ func (f *metricsFlags) start(ctx context.Context, e *env, nc *nats.Conn, b *bus.
 		}
 		return nil
 	}
+	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -46,5 +47,5 @@ func (f *metricsFlags) start(ctx context.Context, e *env, nc *nats.Conn, b *bus.
 			e.log.Error().Err(err).Msg("metrics server stopped")
 		}
 	}()
-	return m, func() { <-done }, nil
+	return m, func() { cancel(); <-done }, nil
 }
