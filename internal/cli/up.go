@@ -32,6 +32,7 @@ func newUpCmd(e *env) *cobra.Command {
 		seed                                          int64
 		pf                                            policyFlags
 		cf                                            cacheFlags
+		mf                                            metricsFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "up [--dataset FILE --repos DIR] [--samples N] [--workers W] --out DIR",
@@ -98,6 +99,11 @@ the trajectory archive in DIR/learner/archive.`,
 			if err != nil {
 				return err
 			}
+			instruments, stopMetrics, err := mf.start(ctx, e, nc, b)
+			if err != nil {
+				return err
+			}
+			defer stopMetrics()
 
 			repos := gitrepo.NewSet(reposDir)
 			defer repos.Close()
@@ -137,7 +143,8 @@ the trajectory archive in DIR/learner/archive.`,
 				go func() {
 					defer wg.Done()
 					if err := worker.Run(farmCtx, worker.Config{Bus: b, Repos: repos, Model: model, Index: opts,
-						Concurrency: concurrency, WorkerID: fmt.Sprintf("up-%d", i), Version: version(), Log: e.log}); err != nil {
+						Concurrency: concurrency, WorkerID: fmt.Sprintf("up-%d", i), Version: version(), Log: e.log,
+						OnTrajectory: instruments.ObserveTrajectory}); err != nil {
 						errs <- err
 					}
 				}()
@@ -147,7 +154,12 @@ the trajectory archive in DIR/learner/archive.`,
 			go func() {
 				defer wg.Done()
 				if err := learner.Serve(farmCtx, learner.ServiceConfig{Bus: b, Out: learnerOut, Learner: learner.DefaultConfig(), Log: e.log,
-					OnGroupClosed: func(string, int64, string, int, int) { mu.Lock(); closed++; mu.Unlock() }}); err != nil {
+					OnGroupClosed: func(_ string, _ int64, _ string, _, rows int) {
+						instruments.GroupClosed(rows)
+						mu.Lock()
+						closed++
+						mu.Unlock()
+					}}); err != nil {
 					errs <- err
 				}
 			}()
@@ -211,6 +223,7 @@ the trajectory archive in DIR/learner/archive.`,
 	f.IntVar(&concurrency, "concurrency", 8, "episodes in flight per worker")
 	f.Int64Var(&seed, "seed", 42, "random seed of the policy")
 	pf.bind(cmd)
+	mf.bind(cmd)
 	cf.bind(cmd)
 	return cmd
 }
