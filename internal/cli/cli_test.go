@@ -292,8 +292,22 @@ func TestReplayWritesShards(t *testing.T) {
 // archived trajectory and that the learner's shards hold exactly what
 // replay computes from the archive.
 func TestUpMatchesReplay(t *testing.T) {
+	policy := slowPolicy(t, 0)
+	for _, tc := range []struct {
+		name   string
+		policy []string
+	}{
+		{"heuristic", nil},
+		{"openai-protocol server", []string{"--policy", "openai", "--base-url", policy.URL + "/v1", "--model", "m"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) { testUpMatchesReplay(t, tc.policy) })
+	}
+}
+
+func testUpMatchesReplay(t *testing.T, policy []string) {
 	out := filepath.Join(t.TempDir(), "up")
-	code, stdout, errOut := run(t, "up", "--out", out, "--run", "e2e", "--samples", "3", "--workers", "3", "--concurrency", "2")
+	code, stdout, errOut := run(t, append([]string{"up", "--out", out, "--run", "e2e", "--samples", "3", "--workers", "3",
+		"--concurrency", "2"}, policy...)...)
 	if code != 0 || !strings.Contains(stdout, "18 trajectories archived") {
 		t.Fatalf("up: exit %d\n%s\n%s", code, stdout, errOut)
 	}
