@@ -71,10 +71,9 @@ func Publish(ctx context.Context, cfg RunConfig) (*schema.RunManifest, error) {
 	return m, nil
 }
 
-// Accounted counts the trajectories of a run iteration in the log
-// (infra_error ones included); job ids deduplicate them, so it reaches the
-// manifest's Expected exactly when every job has been answered once (a
-// retried dead job adds its second attempt on top).
+// Accounted counts the jobs of a run iteration that have a trajectory in
+// the log (infra_error ones included); it reaches the manifest's Expected
+// exactly when every job has been answered, retried jobs once.
 func Accounted(ctx context.Context, b *bus.Bus, runID string, iteration int64) (int, error) {
 	return b.TrajectoryCount(ctx, runID, iteration)
 }

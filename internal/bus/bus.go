@@ -346,9 +346,10 @@ func (b *Bus) DeadCount(ctx context.Context, runID string) (int, error) {
 	return countSubject(ctx, b.Dead, deadPrefix+subjectToken(runID))
 }
 
-// TrajectoryCount is the number of trajectory messages of a run
-// iteration; message ids deduplicate redeliveries, retried attempts each
-// count.
+// TrajectoryCount is the number of jobs of a run iteration that have a
+// trajectory (infra_error ones included): message ids deduplicate
+// redeliveries, and retried attempts are published beside, not in, the
+// counted subject.
 func (b *Bus) TrajectoryCount(ctx context.Context, runID string, iteration int64) (int, error) {
 	return countSubject(ctx, b.Traj, trajSubject(runID, iteration))
 }
@@ -439,7 +440,14 @@ func (b *Bus) PublishTrajectory(ctx context.Context, tr schema.Trajectory) error
 	if err := schema.WriteIPC(&buf, schema.TrajectorySchema(), rec); err != nil {
 		return err
 	}
-	msg := &nats.Msg{Subject: trajSubject(tr.RunID, tr.Iteration), Header: nats.Header{}}
+	// Later attempts of a job go to a sub-subject: the run's own subject
+	// then holds exactly one trajectory per job that has been answered,
+	// which is what TrajectoryCount reports.
+	subject := trajSubject(tr.RunID, tr.Iteration)
+	if tr.Attempt > 1 {
+		subject += ".retry"
+	}
+	msg := &nats.Msg{Subject: subject, Header: nats.Header{}}
 	// Attempts after the first get their own id: a retried job's
 	// trajectory must not be swallowed as a duplicate of its failure.
 	id := tr.JobID

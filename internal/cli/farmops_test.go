@@ -95,7 +95,15 @@ func TestStatusAndJobsRetry(t *testing.T) {
 		if err != nil || got.JobID != job.JobID || got.Attempt != 2 {
 			t.Errorf("requeued job = %+v, %v", got, err)
 		}
+		if err := b.PublishTrajectory(ctx, schema.Trajectory{JobID: got.JobID, RunID: got.RunID, InstanceID: got.InstanceID,
+			Attempt: got.Attempt, Status: schema.StatusOK}); err != nil {
+			t.Fatal(err)
+		}
 		msg.Ack()
+	}
+	// The retry's trajectory answers the same job: still one of two.
+	if st = status(); st.Runs[0].Accounted != 1 {
+		t.Errorf("after the retried job answered, %d jobs accounted, want 1", st.Runs[0].Accounted)
 	}
 	if code, out, _ := run(t, append([]string{"status"}, flags...)...); code != 0 || !strings.Contains(out, "ETA") || !strings.Contains(out, "redelivered") {
 		t.Errorf("table status exit %d:\n%s", code, out)
