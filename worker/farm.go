@@ -113,6 +113,11 @@ func Run(ctx context.Context, cfg Config) error {
 		got := 0
 		for msg := range batch.Messages() {
 			got++
+			if ctx.Err() != nil { // stopping: a job that arrives now goes straight back
+				_ = msg.Nak()
+				<-slots
+				continue
+			}
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
