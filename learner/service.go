@@ -11,7 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
@@ -181,12 +180,7 @@ func (s *service) shouldArchive(path string, tr schema.Trajectory) (bool, error)
 		return false, err
 	}
 	defer f.Close()
-	var old []schema.Trajectory
-	err = schema.ReadIPC(f, func(rec arrow.RecordBatch) error {
-		trs, err := schema.DecodeTrajectories(rec)
-		old = append(old, trs...)
-		return err
-	})
+	old, err := schema.ReadTrajectories(f)
 	if err != nil || len(old) != 1 {
 		return true, nil // a damaged archive entry is rewritten
 	}

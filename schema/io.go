@@ -141,6 +141,17 @@ func ReadParquet(r parquet.ReaderAtSeeker, fn func(arrow.RecordBatch) error) err
 	return nil
 }
 
+// ReadTrajectories decodes every trajectory of an Arrow IPC stream.
+func ReadTrajectories(r io.Reader) ([]Trajectory, error) {
+	var out []Trajectory
+	err := ReadIPC(r, func(rec arrow.RecordBatch) error {
+		trs, err := DecodeTrajectories(rec)
+		out = append(out, trs...)
+		return err
+	})
+	return out, err
+}
+
 // ReadTrajectoryDir reads every *.arrow trajectory file (Arrow IPC
 // streams) in dir.
 func ReadTrajectoryDir(dir string) ([]Trajectory, error) {
@@ -157,11 +168,8 @@ func ReadTrajectoryDir(dir string) ([]Trajectory, error) {
 		if err != nil {
 			return nil, err
 		}
-		err = ReadIPC(f, func(rec arrow.RecordBatch) error {
-			trs, err := DecodeTrajectories(rec)
-			all = append(all, trs...)
-			return err
-		})
+		trs, err := ReadTrajectories(f)
+		all = append(all, trs...)
 		f.Close()
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", p, err)

@@ -14,7 +14,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -480,12 +479,7 @@ func (b *Bus) DecodeTrajectory(ctx context.Context, msg jetstream.Msg) (schema.T
 			return schema.Trajectory{}, fmt.Errorf("fetch payload %s: %w", key, err)
 		}
 	}
-	var out []schema.Trajectory
-	err := schema.ReadIPC(bytes.NewReader(data), func(rec arrow.RecordBatch) error {
-		trs, err := schema.DecodeTrajectories(rec)
-		out = append(out, trs...)
-		return err
-	})
+	out, err := schema.ReadTrajectories(bytes.NewReader(data))
 	if err != nil {
 		return schema.Trajectory{}, err
 	}
