@@ -72,19 +72,7 @@ func Serve(ctx context.Context, cfg ServiceConfig) error {
 	s := &service{cfg: cfg, groups: map[groupKey]*groupState{}, manifests: map[string]*schema.RunManifest{}}
 	// Jobs that exhaust their deliveries become infra_error trajectories
 	// here, so their groups close without waiting for the deadline.
-	ctx, cancel := context.WithCancel(ctx)
-	deadDone := make(chan struct{})
-	defer func() { cancel(); <-deadDone }()
-	go func() {
-		defer close(deadDone)
-		err := cfg.Bus.HandleDeadJobs(ctx, func(dl bus.DeadLetter) {
-			cfg.Log.Warn().Str("job", dl.Job.JobID).Int("deliveries", dl.Deliveries).
-				Msg("job dead-lettered; requeue it with `a2farm jobs retry`")
-		})
-		if err != nil {
-			cfg.Log.Error().Err(err).Msg("dead-letter handling stopped")
-		}
-	}()
+	defer cfg.Bus.StartDeadJobHandler(ctx, cfg.Log)()
 	for ctx.Err() == nil {
 		batch, err := cons.Fetch(64, jetstream.FetchMaxWait(time.Second))
 		if err != nil {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
 
 	"github.com/a2farm/a2farm/schema"
 )
@@ -338,6 +339,25 @@ func (b *Bus) HandleDeadJobs(ctx context.Context, onDead func(DeadLetter)) error
 		}
 	}
 	return nil
+}
+
+// StartDeadJobHandler runs HandleDeadJobs in the background, logging
+// each dead letter, until the returned stop is called (it waits for the
+// handler to end) or ctx ends.
+func (b *Bus) StartDeadJobHandler(ctx context.Context, log zerolog.Logger) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		err := b.HandleDeadJobs(ctx, func(dl DeadLetter) {
+			log.Warn().Str("job", dl.Job.JobID).Int("deliveries", dl.Deliveries).
+				Msg("job dead-lettered; requeue it with `a2farm jobs retry`")
+		})
+		if err != nil {
+			log.Error().Err(err).Msg("dead-letter handling stopped")
+		}
+	}()
+	return func() { cancel(); <-done }
 }
 
 // DeadCount is the number of dead letters of a run.

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"context"
 	"fmt"
 	"path/filepath"
 	"time"
@@ -10,7 +9,6 @@ import (
 
 	"github.com/a2farm/a2farm/coordinator"
 	"github.com/a2farm/a2farm/coordinator/dataset"
-	"github.com/a2farm/a2farm/internal/bus"
 	"github.com/a2farm/a2farm/internal/gitrepo"
 	"github.com/a2farm/a2farm/internal/gold"
 	"github.com/a2farm/a2farm/learner"
@@ -84,16 +82,7 @@ func newCoordinatorCmd(e *env) *cobra.Command {
 			}
 			// Jobs that exhaust their deliveries are dead-lettered here
 			// too; with a learner running, each advisory goes to one of them.
-			deadCtx, stopDead := context.WithCancel(ctx)
-			deadDone := make(chan struct{})
-			go func() {
-				defer close(deadDone)
-				_ = b.HandleDeadJobs(deadCtx, func(dl bus.DeadLetter) {
-					e.log.Warn().Str("job", dl.Job.JobID).Int("deliveries", dl.Deliveries).
-						Msg("job dead-lettered; requeue it with `a2farm jobs retry`")
-				})
-			}()
-			defer func() { stopDead(); <-deadDone }()
+			defer b.StartDeadJobHandler(ctx, e.log)()
 			wait, done := e.progress("trajectories")
 			for {
 				n, err := coordinator.Accounted(ctx, b, runID, iteration)
