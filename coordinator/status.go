@@ -39,11 +39,11 @@ type RunStatus struct {
 func Status(ctx context.Context, b *bus.Bus, runID string) (*FarmStatus, error) {
 	st := &FarmStatus{At: time.Now().UTC()}
 	var err error
-	info, err := b.Consumer.Info(ctx)
+	q, err := b.Queue(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("queue depth: %w", err)
 	}
-	st.Pending, st.InFlight, st.Redelivered = info.NumPending, uint64(info.NumAckPending), uint64(info.NumRedelivered)
+	st.Pending, st.InFlight, st.Redelivered = q.Pending, q.InFlight, q.Redelivered
 	if st.Workers, err = b.LiveWorkers(ctx); err != nil {
 		return nil, fmt.Errorf("workers: %w", err)
 	}

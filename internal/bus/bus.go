@@ -509,15 +509,30 @@ func (b *Bus) DecodeTrajectory(ctx context.Context, msg jetstream.Msg) (schema.T
 	return out[0], nil
 }
 
+// QueueState is the jobs queue as the server sees it.
+type QueueState struct {
+	Pending  uint64 // not yet delivered
+	InFlight uint64 // delivered and not acknowledged
+	// Redelivered counts jobs delivered more than once and not yet done.
+	Redelivered uint64
+}
+
+// Queue reads the jobs queue from the workers' consumer.
+func (b *Bus) Queue(ctx context.Context) (QueueState, error) {
+	info, err := b.Consumer.Info(ctx)
+	if err != nil {
+		return QueueState{}, err
+	}
+	return QueueState{Pending: info.NumPending, InFlight: uint64(info.NumAckPending),
+		Redelivered: uint64(info.NumRedelivered)}, nil
+}
+
 // QueueDepth is the work left for workers: messages not yet delivered
 // plus those delivered and not acknowledged (what KEDA's JetStream scaler
 // reads).
 func (b *Bus) QueueDepth(ctx context.Context) (pending, inFlight uint64, err error) {
-	info, err := b.Consumer.Info(ctx)
-	if err != nil {
-		return 0, 0, err
-	}
-	return info.NumPending, uint64(info.NumAckPending), nil
+	q, err := b.Queue(ctx)
+	return q.Pending, q.InFlight, err
 }
 
 // LiveWorkers lists the heartbeats that have not expired, by worker id.

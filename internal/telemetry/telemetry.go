@@ -94,25 +94,34 @@ type QueueDepth func(ctx context.Context) (pending, inFlight uint64, err error)
 // WatchQueue exports the queue depth, read from the server at each scrape
 // so that every process reports the same number.
 func (m *Metrics) WatchQueue(depth QueueDepth) {
-	read := func(inFlight bool) func() float64 {
-		return func() float64 {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			defer cancel()
-			p, f, err := depth(ctx)
-			if err != nil {
-				return -1 // visible in dashboards as "unknown", not as an empty queue
-			}
-			if inFlight {
-				return float64(f)
-			}
-			return float64(p)
-		}
+	m.reg.MustRegister(&queueCollector{depth: depth,
+		pending: prometheus.NewDesc("a2farm_queue_pending",
+			"Jobs not yet delivered to a worker (-1: the server could not be asked).", nil, nil),
+		inFlight: prometheus.NewDesc("a2farm_queue_in_flight",
+			"Jobs delivered and not yet acknowledged (-1: the server could not be asked).", nil, nil)})
+}
+
+// queueCollector asks the server once per scrape for both gauges.
+type queueCollector struct {
+	depth             QueueDepth
+	pending, inFlight *prometheus.Desc
+}
+
+func (c *queueCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.pending
+	ch <- c.inFlight
+}
+
+func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	p, f, err := c.depth(ctx)
+	pending, inFlight := float64(p), float64(f)
+	if err != nil {
+		pending, inFlight = -1, -1 // visible in dashboards as "unknown", not as an empty queue
 	}
-	m.reg.MustRegister(
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "a2farm_queue_pending",
-			Help: "Jobs not yet delivered to a worker (-1: the server could not be asked)."}, read(false)),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "a2farm_queue_in_flight",
-			Help: "Jobs delivered and not yet acknowledged (-1: the server could not be asked)."}, read(true)))
+	ch <- prometheus.MustNewConstMetric(c.pending, prometheus.GaugeValue, pending)
+	ch <- prometheus.MustNewConstMetric(c.inFlight, prometheus.GaugeValue, inFlight)
 }
 
 // Health reports whether the process can do its work.
