@@ -2,11 +2,7 @@ package worker
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
-	"net/http/httptest"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -20,6 +16,7 @@ import (
 	"github.com/a2farm/a2farm/internal/gitrepo"
 	"github.com/a2farm/a2farm/internal/llm"
 	"github.com/a2farm/a2farm/internal/natstest"
+	"github.com/a2farm/a2farm/internal/policytest"
 	"github.com/a2farm/a2farm/internal/sample"
 	"github.com/a2farm/a2farm/schema"
 	"github.com/a2farm/a2farm/worker/agent"
@@ -145,32 +142,6 @@ func BenchmarkFarmVsLocalize(b *testing.B) {
 	})
 }
 
-// fixedLatencyPolicy is an OpenAI-protocol stand-in for a GPU policy server
-// that takes `delay` per call: two searches, then finish.
-func fixedLatencyPolicy(tb testing.TB, delay time.Duration) *httptest.Server {
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		time.Sleep(delay)
-		var req struct {
-			Messages []struct{ Role string } `json:"messages"`
-		}
-		data, _ := io.ReadAll(r.Body)
-		_ = json.Unmarshal(data, &req)
-		turn := 0
-		for _, m := range req.Messages {
-			if m.Role == "assistant" {
-				turn++
-			}
-		}
-		call := `{"name":"search_code_snippets","arguments":"{\"search_terms\":[\"Warehouse\"]}"}`
-		if turn >= 2 {
-			call = `{"name":"finish","arguments":"{\"answer\":\"` + "```\\\\ninventory/models.py\\\\n```" + `\"}"}`
-		}
-		fmt.Fprintf(w, `{"choices":[{"message":{"role":"assistant","content":"","tool_calls":[{"id":"c%d","type":"function","function":%s}]}}]}`, turn, call)
-	}))
-	tb.Cleanup(srv.Close)
-	return srv
-}
-
 // BenchmarkFarmEfficiency1sTurn: 512 episodes of three 1-second policy
 // calls, 256 in flight on one worker. The ideal wall time is
 // ceil(512/256) × 3 s = 6 s; efficiency is ideal / measured. Dispatch
@@ -181,7 +152,7 @@ func BenchmarkFarmEfficiency1sTurn(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	srv := fixedLatencyPolicy(b, time.Second)
+	srv := policytest.Scripted(b, time.Second)
 	client, err := llm.New(llm.Config{BaseURL: srv.URL + "/v1", Timeout: time.Minute})
 	if err != nil {
 		b.Fatal(err)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 
+	"github.com/a2farm/a2farm/internal/policytest"
 	"github.com/a2farm/a2farm/schema"
 )
 
@@ -292,7 +293,7 @@ func TestReplayWritesShards(t *testing.T) {
 // archived trajectory and that the learner's shards hold exactly what
 // replay computes from the archive.
 func TestUpMatchesReplay(t *testing.T) {
-	policy := slowPolicy(t, 0)
+	policy := policytest.Scripted(t, 0)
 	for _, tc := range []struct {
 		name   string
 		policy []string

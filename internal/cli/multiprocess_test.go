@@ -2,21 +2,19 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/a2farm/a2farm/internal/policytest"
 	"github.com/a2farm/a2farm/schema"
 )
 
@@ -39,36 +37,6 @@ func freePort(t *testing.T) int {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
-}
-
-// slowPolicy answers like a chat-completions server that takes a while:
-// two searches, then an answer.
-func slowPolicy(t *testing.T, delay time.Duration) *httptest.Server {
-	var calls atomic.Int64
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		calls.Add(1)
-		time.Sleep(delay)
-		var req struct {
-			Messages []struct {
-				Role string `json:"role"`
-			} `json:"messages"`
-		}
-		data, _ := io.ReadAll(r.Body)
-		json.Unmarshal(data, &req)
-		turn := 0
-		for _, m := range req.Messages {
-			if m.Role == "assistant" {
-				turn++
-			}
-		}
-		call := `{"name":"search_code_snippets","arguments":"{\"search_terms\":[\"Warehouse\"]}"}`
-		if turn >= 2 {
-			call = `{"name":"finish","arguments":"{\"answer\":\"` + "```\\\\ninventory/models.py\\\\n```" + `\"}"}`
-		}
-		fmt.Fprintf(w, `{"choices":[{"message":{"role":"assistant","content":"","tool_calls":[{"id":"c%d","type":"function","function":%s}]}}]}`, turn, call)
-	}))
-	t.Cleanup(srv.Close)
-	return srv
 }
 
 type proc struct {
@@ -128,7 +96,7 @@ func TestMultiProcessFarmSurvivesAKilledWorker(t *testing.T) {
 		t.Errorf("a wrong password was not refused: %v\n%s", err, out)
 	}
 
-	policy := slowPolicy(t, 150*time.Millisecond)
+	policy := policytest.Scripted(t, 150*time.Millisecond)
 	workerArgs := append([]string{"worker", "--repos", filepath.Join(dir, "sample", "repos"), "--policy", "openai",
 		"--base-url", policy.URL + "/v1", "--model", "m", "--concurrency", "4", "--grace", "1s"}, common...)
 	w1 := start(t, bin, auth, append(workerArgs, "--id", "w1")...)
