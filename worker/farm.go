@@ -89,14 +89,14 @@ func Run(ctx context.Context, cfg Config) error {
 			continue
 		}
 		want := 1
+	fill:
 		for want < cap(slots) {
 			select {
 			case slots <- struct{}{}:
 				want++
-				continue
 			default:
+				break fill
 			}
-			break
 		}
 		batch, err := cfg.Bus.Consumer.Fetch(want, jetstream.FetchMaxWait(2*time.Second))
 		if err != nil {
