@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 
 	ts "github.com/tree-sitter/go-tree-sitter"
 	tspython "github.com/tree-sitter/tree-sitter-python/bindings/go"
@@ -70,45 +71,54 @@ func newKindIDs(l *ts.Language) kindIDs {
 	}
 }
 
-// Parser parses Python files. Create one with NewParser and release it with
-// Close; it is not safe for concurrent use.
-type Parser struct {
-	lang   *ts.Language
-	parser *ts.Parser
-	query  *ts.Query
-	strQ   *ts.Query
-	cursor *ts.QueryCursor
-	kinds  kindIDs
+// grammar is the compiled Python language and queries. Compiling the
+// queries costs milliseconds — more than parsing a small repository — and
+// a compiled query is immutable and safe to share between threads (each
+// parser runs it with its own cursor), so a process compiles it once.
+type grammar struct {
+	lang  *ts.Language
+	query *ts.Query
+	strQ  *ts.Query
+	kinds kindIDs
 }
 
-// NewParser returns a parser for Python 3 (and most Python 2) source.
-func NewParser() (*Parser, error) {
+// compiledGrammar lives as long as the process, like a package-level
+// regexp: it is never closed.
+var compiledGrammar = sync.OnceValues(func() (*grammar, error) {
 	useLibcAllocator()
 	lang := ts.NewLanguage(tspython.Language())
-	parser := ts.NewParser()
-	if err := parser.SetLanguage(lang); err != nil {
-		parser.Close()
-		return nil, fmt.Errorf("pyparse: set language: %w", err)
-	}
 	query, qerr := ts.NewQuery(lang, structureQuery)
 	if qerr != nil {
-		parser.Close()
 		return nil, fmt.Errorf("pyparse: compile query: %w", qerr)
 	}
 	strQ, qerr := ts.NewQuery(lang, stringQuery)
 	if qerr != nil {
 		query.Close()
-		parser.Close()
 		return nil, fmt.Errorf("pyparse: compile query: %w", qerr)
 	}
-	return &Parser{
-		lang:   lang,
-		parser: parser,
-		query:  query,
-		strQ:   strQ,
-		cursor: ts.NewQueryCursor(),
-		kinds:  newKindIDs(lang),
-	}, nil
+	return &grammar{lang: lang, query: query, strQ: strQ, kinds: newKindIDs(lang)}, nil
+})
+
+// Parser parses Python files. Create one with NewParser and release it with
+// Close; it is not safe for concurrent use.
+type Parser struct {
+	*grammar
+	parser *ts.Parser
+	cursor *ts.QueryCursor
+}
+
+// NewParser returns a parser for Python 3 (and most Python 2) source.
+func NewParser() (*Parser, error) {
+	g, err := compiledGrammar()
+	if err != nil {
+		return nil, err
+	}
+	parser := ts.NewParser()
+	if err := parser.SetLanguage(g.lang); err != nil {
+		parser.Close()
+		return nil, fmt.Errorf("pyparse: set language: %w", err)
+	}
+	return &Parser{grammar: g, parser: parser, cursor: ts.NewQueryCursor()}, nil
 }
 
 // stringQuery finds string literals; it runs only on files whose bytes
@@ -121,8 +131,6 @@ func (p *Parser) Close() {
 		return
 	}
 	p.cursor.Close()
-	p.query.Close()
-	p.strQ.Close()
 	p.parser.Close()
 	*p = Parser{}
 }
