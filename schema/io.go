@@ -20,7 +20,17 @@ import (
 
 // WriteIPC writes record batches as one zstd-compressed Arrow IPC stream.
 func WriteIPC(w io.Writer, schema *arrow.Schema, recs ...arrow.RecordBatch) error {
-	iw := ipc.NewWriter(w, ipc.WithSchema(schema), ipc.WithZstd())
+	return writeIPC(w, schema, recs, ipc.WithZstd())
+}
+
+// WriteIPCUncompressed writes an Arrow IPC stream without buffer
+// compression, for callers that compress the whole stream themselves.
+func WriteIPCUncompressed(w io.Writer, schema *arrow.Schema, recs ...arrow.RecordBatch) error {
+	return writeIPC(w, schema, recs)
+}
+
+func writeIPC(w io.Writer, schema *arrow.Schema, recs []arrow.RecordBatch, opts ...ipc.Option) error {
+	iw := ipc.NewWriter(w, append([]ipc.Option{ipc.WithSchema(schema)}, opts...)...)
 	for _, rec := range recs {
 		if err := iw.Write(rec); err != nil {
 			iw.Close()

@@ -5,7 +5,6 @@
 package bus
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -97,6 +96,7 @@ type Bus struct {
 	Runs     jetstream.KeyValue
 	Workers  jetstream.KeyValue
 	Payloads jetstream.ObjectStore
+	codec    payloadCodec
 }
 
 // Open creates (or updates) every part of the topology; it is safe to
@@ -105,7 +105,7 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Bus, error)
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	b := &Bus{js: js, cfg: cfg}
+	b := &Bus{js: js, cfg: cfg, codec: newPayloadCodec()}
 	var err error
 	if b.Jobs, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name: JobsStream, Subjects: []string{jobsPrefix + ">"}, Retention: jetstream.WorkQueuePolicy,
@@ -155,7 +155,7 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Bus, error)
 // reset a farm's ack wait or delivery limit to their own defaults. The
 // configuration is read back from the server.
 func Attach(ctx context.Context, js jetstream.JetStream) (*Bus, error) {
-	b := &Bus{js: js}
+	b := &Bus{js: js, codec: newPayloadCodec()}
 	var err error
 	if b.Jobs, err = js.Stream(ctx, JobsStream); err != nil {
 		return nil, fmt.Errorf("no a2farm topology on this server (start a coordinator or worker first): %w", err)
@@ -453,10 +453,8 @@ func DecodeJob(msg jetstream.Msg) (schema.Job, error) {
 // payload, deduplicated by job id; payloads above MaxMsgSize go through
 // the object store and the message carries the reference.
 func (b *Bus) PublishTrajectory(ctx context.Context, tr schema.Trajectory) error {
-	rec := schema.EncodeTrajectories(nil, tr)
-	defer rec.Release()
-	var buf bytes.Buffer
-	if err := schema.WriteIPC(&buf, schema.TrajectorySchema(), rec); err != nil {
+	payload, err := b.codec.encode(tr)
+	if err != nil {
 		return err
 	}
 	// Later attempts of a job go to a sub-subject: the run's own subject
@@ -466,7 +464,7 @@ func (b *Bus) PublishTrajectory(ctx context.Context, tr schema.Trajectory) error
 	if tr.Attempt > 1 {
 		subject += ".retry"
 	}
-	msg := &nats.Msg{Subject: subject, Header: nats.Header{}}
+	msg := &nats.Msg{Subject: subject, Header: nats.Header{encodingHeader: {encodingZstd}}}
 	// Attempts after the first get their own id: a retried job's
 	// trajectory must not be swallowed as a duplicate of its failure.
 	id := tr.JobID
@@ -474,14 +472,14 @@ func (b *Bus) PublishTrajectory(ctx context.Context, tr schema.Trajectory) error
 		id = fmt.Sprintf("%s#%d", tr.JobID, tr.Attempt)
 	}
 	msg.Header.Set(jetstream.MsgIDHeader, id)
-	if buf.Len() > b.cfg.MaxMsgSize {
+	if len(payload) > b.cfg.MaxMsgSize {
 		key := "traj/" + tr.JobID
-		if _, err := b.Payloads.PutBytes(ctx, key, buf.Bytes()); err != nil {
+		if _, err := b.Payloads.PutBytes(ctx, key, payload); err != nil {
 			return fmt.Errorf("store payload of %s: %w", tr.JobID, err)
 		}
 		msg.Header.Set(payloadHeader, key)
 	} else {
-		msg.Data = buf.Bytes()
+		msg.Data = payload
 	}
 	if _, err := b.js.PublishMsg(ctx, msg); err != nil {
 		return fmt.Errorf("publish trajectory %s: %w", tr.JobID, err)
@@ -499,7 +497,7 @@ func (b *Bus) DecodeTrajectory(ctx context.Context, msg jetstream.Msg) (schema.T
 			return schema.Trajectory{}, fmt.Errorf("fetch payload %s: %w", key, err)
 		}
 	}
-	out, err := schema.ReadTrajectories(bytes.NewReader(data))
+	out, err := b.codec.decode(data, msg.Headers().Get(encodingHeader))
 	if err != nil {
 		return schema.Trajectory{}, err
 	}
