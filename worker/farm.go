@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -33,10 +34,16 @@ type Config struct {
 	Concurrency int
 	// Grace is how long in-flight episodes may run after a stop request
 	// before they are cancelled and their jobs handed back (default 30 s).
-	Grace    time.Duration
-	WorkerID string
-	Version  string
-	Log      zerolog.Logger
+	Grace time.Duration
+	// KeepIndexes is how many snapshot indexes stay open after their last
+	// episode ends, for the next job on the same snapshot (default 4; -1
+	// keeps none). The N samples of an issue arrive one by one, so without
+	// this a worker that finishes a sample before the next one arrives
+	// rebuilds the index for every sample.
+	KeepIndexes int
+	WorkerID    string
+	Version     string
+	Log         zerolog.Logger
 	// OnTrajectory sees every trajectory once it is published (metrics).
 	OnTrajectory func(schema.Trajectory)
 	// Hooks for tests; nil in production.
@@ -48,14 +55,20 @@ func (c *Config) validate() error {
 	if c.Bus == nil || c.Repos == nil || c.Model == nil {
 		return errors.New("worker: a bus, repositories and a model are required")
 	}
-	if c.Concurrency < 0 || c.Grace < 0 {
-		return errors.New("worker: concurrency and grace must not be negative")
+	if c.Concurrency < 0 || c.Grace < 0 || c.KeepIndexes < -1 {
+		return errors.New("worker: concurrency and grace must not be negative, keep-indexes not below -1")
 	}
 	if c.Concurrency == 0 {
 		c.Concurrency = 32
 	}
 	if c.Grace == 0 {
 		c.Grace = 30 * time.Second
+	}
+	switch c.KeepIndexes {
+	case 0:
+		c.KeepIndexes = 4
+	case -1:
+		c.KeepIndexes = 0
 	}
 	if c.WorkerID == "" {
 		host, _ := os.Hostname()
@@ -154,6 +167,9 @@ type farmWorker struct {
 	active  int
 	done    int64
 	indexes map[string]*indexEntry
+	// idle holds the keys of built indexes no episode uses, least
+	// recently released first; at most cfg.KeepIndexes of them.
+	idle []string
 }
 
 type indexEntry struct {
@@ -164,7 +180,9 @@ type indexEntry struct {
 }
 
 // index returns the shared index of a snapshot, building it once; release
-// drops the reference and closes the index when no episode uses it.
+// drops the reference. An index no episode uses stays open among the
+// KeepIndexes most recently released ones, and the oldest beyond that is
+// closed.
 func (w *farmWorker) index(ctx context.Context, repo, commit string) (*repoindex.Index, func(), error) {
 	key := repo + "@" + commit
 	w.mu.Lock()
@@ -176,6 +194,8 @@ func (w *farmWorker) index(ctx context.Context, repo, commit string) (*repoindex
 			e.idx, e.err = repoindex.Build(ctx, w.cfg.Repos, repo, commit, w.cfg.Index)
 			close(e.ready)
 		}()
+	} else if e.refs == 0 {
+		w.idle = slices.DeleteFunc(w.idle, func(k string) bool { return k == key })
 	}
 	e.refs++
 	w.mu.Unlock()
@@ -184,11 +204,19 @@ func (w *farmWorker) index(ctx context.Context, repo, commit string) (*repoindex
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		e.refs--
-		if e.refs == 0 {
+		if e.refs > 0 {
+			return
+		}
+		if e.err != nil { // a failed build is tried again by the next job
 			delete(w.indexes, key)
-			if e.idx != nil {
-				e.idx.Close()
-			}
+			return
+		}
+		w.idle = append(w.idle, key)
+		for len(w.idle) > w.cfg.KeepIndexes {
+			oldest := w.idle[0]
+			w.idle = w.idle[1:]
+			w.indexes[oldest].idx.Close()
+			delete(w.indexes, oldest)
 		}
 	}
 	if e.err != nil {
@@ -198,6 +226,7 @@ func (w *farmWorker) index(ctx context.Context, repo, commit string) (*repoindex
 	return e.idx, release, nil
 }
 
+// closeIndexes closes every index once no episode runs.
 func (w *farmWorker) closeIndexes() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -208,6 +237,7 @@ func (w *farmWorker) closeIndexes() {
 		}
 		delete(w.indexes, key)
 	}
+	w.idle = nil
 }
 
 // handle runs one job and settles its message by the outcome.

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"github.com/a2farm/a2farm/internal/bus"
 	"github.com/a2farm/a2farm/internal/gitrepo"
 	"github.com/a2farm/a2farm/internal/natstest"
+	"github.com/a2farm/a2farm/internal/repogen"
 	"github.com/a2farm/a2farm/internal/sample"
 	"github.com/a2farm/a2farm/schema"
 	"github.com/a2farm/a2farm/worker/policy"
@@ -114,5 +116,83 @@ func TestFarmWorkersRunEveryJobOnce(t *testing.T) {
 	}
 	if keys, _ := b.Workers.Keys(ctx); len(keys) != 0 {
 		t.Errorf("stopped workers still heartbeat: %v", keys)
+	}
+}
+
+// TestIdleIndexesAreKeptUpToTheLimit: an index no episode uses stays open
+// for the next job on its snapshot, the least recently released one is
+// closed beyond KeepIndexes, and a failed build is not kept.
+func TestIdleIndexesAreKeptUpToTheLimit(t *testing.T) {
+	reposDir := t.TempDir()
+	r, err := repogen.Init(filepath.Join(reposDir, "o__r"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var snapshots [][2]string
+	parent := ""
+	for i := range 3 {
+		if parent, err = r.Commit(parent, repogen.Change{Message: fmt.Sprint("commit ", i),
+			Write: map[string]string{fmt.Sprintf("pkg/m%d.py", i): fmt.Sprintf("def f%d():\n    return %d\n", i, i)}}); err != nil {
+			t.Fatal(err)
+		}
+		snapshots = append(snapshots, [2]string{"o/r", parent})
+	}
+	repos := gitrepo.NewSet(reposDir)
+	defer repos.Close()
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name     string
+		keep     int
+		wantOpen int
+	}{
+		{"keep two", 2, 2},
+		{"keep none", -1, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := Config{Bus: &bus.Bus{}, Repos: repos, Model: policy.Heuristic{}, KeepIndexes: tc.keep}
+			if err := cfg.validate(); err != nil {
+				t.Fatal(err)
+			}
+			w := &farmWorker{cfg: cfg, indexes: map[string]*indexEntry{}}
+			defer w.closeIndexes()
+			first, release, err := w.index(ctx, snapshots[0][0], snapshots[0][1])
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Two episodes on one snapshot share the index.
+			again, releaseAgain, err := w.index(ctx, snapshots[0][0], snapshots[0][1])
+			if err != nil || again != first {
+				t.Fatalf("second user got another index (%v)", err)
+			}
+			release()
+			releaseAgain()
+			reused, release, err := w.index(ctx, snapshots[0][0], snapshots[0][1])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if (reused == first) != (tc.keep > 0) {
+				t.Errorf("index reused after release = %v; keep = %d", reused == first, tc.keep)
+			}
+			release()
+			for _, s := range snapshots[1:3] {
+				_, release, err := w.index(ctx, s[0], s[1])
+				if err != nil {
+					t.Fatal(err)
+				}
+				release()
+			}
+			if len(w.indexes) != tc.wantOpen || len(w.idle) != tc.wantOpen {
+				t.Fatalf("%d indexes open, %d idle; want %d", len(w.indexes), len(w.idle), tc.wantOpen)
+			}
+			if _, ok := w.indexes[snapshots[0][0]+"@"+snapshots[0][1]]; ok {
+				t.Error("the least recently used index is still open")
+			}
+			if _, _, err := w.index(ctx, "no/such", "abc1234"); err == nil {
+				t.Fatal("an unknown snapshot built an index")
+			}
+			if _, ok := w.indexes["no/such@abc1234"]; ok {
+				t.Error("a failed build is kept")
+			}
+		})
 	}
 }

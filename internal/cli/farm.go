@@ -127,7 +127,7 @@ func newWorkerCmd(e *env) *cobra.Command {
 	var pf policyFlags
 	var cf cacheFlags
 	var reposDir, policyName, id string
-	var concurrency int
+	var concurrency, keepIndexes int
 	var grace time.Duration
 	cmd := &cobra.Command{
 		Use:   "worker --nats URL --repos DIR [--concurrency C] [--cache DIR] [policy flags]",
@@ -136,6 +136,12 @@ func newWorkerCmd(e *env) *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if reposDir == "" {
 				return usagef("--repos is required")
+			}
+			if keepIndexes < 0 {
+				return usagef("--keep-indexes must be 0 or more, got %d", keepIndexes)
+			}
+			if keepIndexes == 0 {
+				keepIndexes = -1 // worker.Config's "none"; its zero means the default
 			}
 			model, err := pf.model(policyName)
 			if err != nil {
@@ -159,7 +165,7 @@ func newWorkerCmd(e *env) *cobra.Command {
 			defer repos.Close()
 			e.log.Info().Int("concurrency", concurrency).Msg("worker started")
 			return worker.Run(cmd.Context(), worker.Config{Bus: b, Repos: repos, Model: model, Index: opts,
-				Concurrency: concurrency, Grace: grace, WorkerID: id, Version: version(), Log: e.log,
+				Concurrency: concurrency, Grace: grace, KeepIndexes: keepIndexes, WorkerID: id, Version: version(), Log: e.log,
 				Agent: agent.Config{TextMode: pf.textMode}, OnTrajectory: metrics.ObserveTrajectory})
 		},
 	}
@@ -172,6 +178,7 @@ func newWorkerCmd(e *env) *cobra.Command {
 	f.StringVar(&policyName, "policy", envOr("A2FARM_POLICY", "openai"), "policy: openai, heuristic or replay (env A2FARM_POLICY)")
 	f.IntVar(&concurrency, "concurrency", 32, "episodes in flight")
 	f.DurationVar(&grace, "grace", 30*time.Second, "on SIGTERM, how long running episodes may finish before their jobs are handed back")
+	f.IntVar(&keepIndexes, "keep-indexes", 4, "snapshot indexes kept open after their last episode, for the next job on the same snapshot (0: none)")
 	f.StringVar(&id, "id", envOr("A2FARM_WORKER_ID", ""), "worker id (default host-pid)")
 	return cmd
 }
