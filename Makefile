@@ -53,6 +53,10 @@ bench: ## run the benchmarks (see docs/BENCHMARKS.md); set A2FARM_BENCH_PYFILE f
 	@mkdir -p $(RUN_DIR)
 	$(GO) test -run '^$$' -bench . -benchmem -count 1 ./... | tee $(BENCH_OUT)
 
+.PHONY: bench-farm-split
+bench-farm-split: ## farm vs localize with the worker on its own core and the NATS server on another (needs taskset)
+	scripts/bench-farm-split.sh
+
 .PHONY: check-gold
 check-gold: build ## compare extracted gold with the reference on data/dev-instances.jsonl (needs the repos in $(REPOS))
 	@missing=""; for r in psf__requests pallets__flask mwaskom__seaborn; do \

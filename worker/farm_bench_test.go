@@ -3,12 +3,15 @@ package worker
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
@@ -26,16 +29,41 @@ import (
 // farmRun is what one pass of the farm measured.
 type farmRun struct {
 	wall time.Duration
+	cpu  time.Duration // process CPU time over wall
 	// dispatch is publish → a worker starts the job, in publish order
 	// (later jobs include their wait for a free slot).
 	dispatch []time.Duration
 }
 
-// runFarm publishes the jobs of every instance × samples, runs one worker
-// with the given concurrency and waits until every job has a trajectory
-// in the log.
+// benchServer connects to the JetStream server named by A2FARM_BENCH_NATS
+// (remote is true: the server, and the learner that would read the
+// trajectory log, run elsewhere — scripts/bench-farm-split.sh pins such a
+// server to its own core), or starts one in the process.
+func benchServer(tb testing.TB) (js jetstream.JetStream, remote bool) {
+	url := os.Getenv("A2FARM_BENCH_NATS")
+	if url == "" {
+		_, js = natstest.New(tb)
+		return js, false
+	}
+	nc, err := nats.Connect(url)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(nc.Close)
+	if js, err = jetstream.New(nc); err != nil {
+		tb.Fatal(err)
+	}
+	return js, true
+}
+
+// runFarm publishes the jobs of every instance × samples and runs one
+// worker with the given concurrency until every job is done: with the
+// server in the process, until the benchmark has read and decoded every
+// trajectory from the log (as the learner would, on the same cores); with
+// a remote server, until the worker has acknowledged every job, which it
+// does only once the trajectory is stored.
 func runFarm(tb testing.TB, l *sample.Layout, runID string, samples, concurrency int, model agent.Model) farmRun {
-	_, js := natstest.New(tb)
+	js, remote := benchServer(tb)
 	ctx := context.Background()
 	b, err := bus.Open(ctx, js, bus.DefaultConfig())
 	if err != nil {
@@ -43,10 +71,12 @@ func runFarm(tb testing.TB, l *sample.Layout, runID string, samples, concurrency
 	}
 	repos := gitrepo.NewSet(l.ReposDir)
 	defer repos.Close()
+	total := len(l.Instances) * samples
 	var mu sync.Mutex
 	published := map[string]time.Time{}
 	started := map[string]time.Duration{}
 	var order []string
+	acked := make(chan struct{}, total)
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {
@@ -55,14 +85,17 @@ func runFarm(tb testing.TB, l *sample.Layout, runID string, samples, concurrency
 				mu.Lock()
 				started[id] = time.Since(published[id])
 				mu.Unlock()
+			}, OnJobSettled: func(_, outcome string) {
+				if outcome == "ack" {
+					acked <- struct{}{}
+				}
 			}})
 	}()
 	cons, err := js.OrderedConsumer(ctx, bus.TrajStream, jetstream.OrderedConsumerConfig{})
 	if err != nil {
 		tb.Fatal(err)
 	}
-	start := time.Now()
-	total := 0
+	start, cpuStart := time.Now(), processCPU(tb)
 	for _, inst := range l.Instances {
 		for s := range int64(samples) {
 			job := schema.Job{JobID: schema.JobID(runID, 0, inst.InstanceID, s), RunID: runID, InstanceID: inst.InstanceID,
@@ -75,10 +108,17 @@ func runFarm(tb testing.TB, l *sample.Layout, runID string, samples, concurrency
 			if err := b.PublishJob(ctx, job); err != nil {
 				tb.Fatal(err)
 			}
-			total++
 		}
 	}
-	for got := 0; got < total; {
+	for got := 0; got < total; got++ {
+		if remote {
+			select {
+			case <-acked:
+			case <-time.After(30 * time.Second):
+				tb.Fatalf("after %d of %d jobs: no acknowledgement for 30 s", got, total)
+			}
+			continue
+		}
 		msg, err := cons.Next(jetstream.FetchMaxWait(30 * time.Second))
 		if err != nil {
 			tb.Fatalf("after %d of %d trajectories: %v", got, total, err)
@@ -86,20 +126,29 @@ func runFarm(tb testing.TB, l *sample.Layout, runID string, samples, concurrency
 		if _, err := b.DecodeTrajectory(ctx, msg); err != nil {
 			tb.Fatal(err)
 		}
-		got++
 	}
-	wall := time.Since(start)
+	wall, cpu := time.Since(start), processCPU(tb)-cpuStart
 	stop()
 	if err := <-done; err != nil {
 		tb.Fatal(err)
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	r := farmRun{wall: wall}
+	r := farmRun{wall: wall, cpu: cpu}
 	for _, id := range order {
 		r.dispatch = append(r.dispatch, started[id])
 	}
 	return r
+}
+
+// processCPU is the user + system time the process has used: it shows
+// whether a run was bound by the CPU or by waiting.
+func processCPU(tb testing.TB) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		tb.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func quantile(d []time.Duration, q float64) time.Duration {
@@ -108,37 +157,44 @@ func quantile(d []time.Duration, q float64) time.Duration {
 	return s[min(len(s)-1, int(q*float64(len(s))))]
 }
 
-// BenchmarkFarmVsLocalize runs the same rollouts (built-in sample × 16,
+// BenchmarkFarmVsLocalize runs the same rollouts (built-in sample × 64,
 // heuristic policy, 8 episodes in flight) through `localize` in one
 // process and through the farm (JetStream queue, worker, trajectory log).
+// cpu-ms/rollout is the whole process's CPU time per rollout: the server,
+// encoding and decoding included.
 func BenchmarkFarmVsLocalize(b *testing.B) {
 	l, err := sample.Write(filepath.Join(b.TempDir(), "sample"))
 	if err != nil {
 		b.Fatal(err)
 	}
-	const samples, concurrency = 16, 8
+	const samples, concurrency = 64, 8
 	rollouts := float64(len(l.Instances) * samples)
 	b.Run("localize", func(b *testing.B) {
 		repos := gitrepo.NewSet(l.ReposDir)
 		defer repos.Close()
-		var wall time.Duration
+		var wall, cpu time.Duration
 		for i := range b.N {
-			start := time.Now()
+			start, cpuStart := time.Now(), processCPU(b)
 			if _, err := Localize(context.Background(), LocalizeConfig{Instances: l.Instances, Repos: repos,
 				Model: policy.Heuristic{}, Policy: schema.Policy{Kind: "heuristic"}, Samples: samples,
 				Concurrency: concurrency, Seed: 1, Out: filepath.Join(b.TempDir(), fmt.Sprint(i)), Log: zerolog.Nop()}); err != nil {
 				b.Fatal(err)
 			}
 			wall += time.Since(start)
+			cpu += processCPU(b) - cpuStart
 		}
 		b.ReportMetric(rollouts*float64(b.N)/wall.Seconds(), "rollouts/s")
+		b.ReportMetric(cpu.Seconds()*1e3/(rollouts*float64(b.N)), "cpu-ms/rollout")
 	})
 	b.Run("farm", func(b *testing.B) {
-		var wall time.Duration
+		var wall, cpu time.Duration
 		for i := range b.N {
-			wall += runFarm(b, l, fmt.Sprintf("bench%d", i), samples, concurrency, policy.Heuristic{}).wall
+			r := runFarm(b, l, fmt.Sprintf("bench%d-%d", b.N, i), samples, concurrency, policy.Heuristic{})
+			wall += r.wall
+			cpu += r.cpu
 		}
 		b.ReportMetric(rollouts*float64(b.N)/wall.Seconds(), "rollouts/s")
+		b.ReportMetric(cpu.Seconds()*1e3/(rollouts*float64(b.N)), "cpu-ms/rollout")
 	})
 }
 
@@ -168,7 +224,7 @@ func BenchmarkFarmEfficiency1sTurn(b *testing.B) {
 	var wall time.Duration
 	var dispatch []time.Duration
 	for i := range b.N {
-		r := runFarm(b, l, fmt.Sprintf("eff%d", i), samples, concurrency, model)
+		r := runFarm(b, l, fmt.Sprintf("eff%d-%d", b.N, i), samples, concurrency, model)
 		wall += r.wall
 		dispatch = append(dispatch, r.dispatch[:concurrency]...)
 	}
