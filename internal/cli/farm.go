@@ -35,16 +35,12 @@ func newCoordinatorCmd(e *env) *cobra.Command {
 			if datasetPath == "" || reposDir == "" || runID == "" {
 				return usagef("--dataset, --repos and --run are required")
 			}
-			nc, b, err := nf.connect(ctx, "coordinator")
+			farm, err := joinFarm(ctx, e, &nf, &mf, "coordinator")
 			if err != nil {
 				return err
 			}
-			defer nc.Close()
-			_, stopMetrics, err := mf.start(ctx, e, nc, b)
-			if err != nil {
-				return err
-			}
-			defer stopMetrics()
+			defer farm.leave()
+			b := farm.bus
 			repos := gitrepo.NewSet(reposDir)
 			defer repos.Close()
 			ds, err := dataset.Load(ctx, datasetPath, dataset.Options{Strict: strict, Repos: repos})
@@ -151,22 +147,17 @@ func newWorkerCmd(e *env) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			nc, b, err := nf.connect(cmd.Context(), "worker")
+			farm, err := joinFarm(cmd.Context(), e, &nf, &mf, "worker")
 			if err != nil {
 				return err
 			}
-			defer nc.Close()
-			metrics, stopMetrics, err := mf.start(cmd.Context(), e, nc, b)
-			if err != nil {
-				return err
-			}
-			defer stopMetrics()
+			defer farm.leave()
 			repos := gitrepo.NewSet(reposDir)
 			defer repos.Close()
 			e.log.Info().Int("concurrency", concurrency).Msg("worker started")
-			return worker.Run(cmd.Context(), worker.Config{Bus: b, Repos: repos, Model: model, Index: opts,
+			return worker.Run(cmd.Context(), worker.Config{Bus: farm.bus, Repos: repos, Model: model, Index: opts,
 				Concurrency: concurrency, Grace: grace, KeepIndexes: keepIndexes, WorkerID: id, Version: version(), Log: e.log,
-				Agent: agent.Config{TextMode: pf.textMode}, OnTrajectory: metrics.ObserveTrajectory})
+				Agent: agent.Config{TextMode: pf.textMode}, OnTrajectory: farm.metrics.ObserveTrajectory})
 		},
 	}
 	nf.bind(cmd)
@@ -197,20 +188,15 @@ func newLearnerCmd(e *env) *cobra.Command {
 			if out == "" {
 				return usagef("--out is required")
 			}
-			nc, b, err := nf.connect(cmd.Context(), "learner")
+			farm, err := joinFarm(cmd.Context(), e, &nf, &mf, "learner")
 			if err != nil {
 				return err
 			}
-			defer nc.Close()
-			metrics, stopMetrics, err := mf.start(cmd.Context(), e, nc, b)
-			if err != nil {
-				return err
-			}
-			defer stopMetrics()
+			defer farm.leave()
 			e.log.Info().Str("out", out).Msg("learner started")
-			return learner.Serve(cmd.Context(), learner.ServiceConfig{Bus: b, Out: out, Learner: cfg, GroupDeadline: deadline, Log: e.log,
+			return learner.Serve(cmd.Context(), learner.ServiceConfig{Bus: farm.bus, Out: out, Learner: cfg, GroupDeadline: deadline, Log: e.log,
 				OnGroupClosed: func(run string, it int64, inst string, n, rows int) {
-					metrics.GroupClosed(rows)
+					farm.metrics.GroupClosed(rows)
 					e.log.Info().Str("run", run).Str("instance", inst).Int("trajectories", n).Int("rows", rows).
 						Str("shards", filepath.Join(out, "shards")).Msg("group written")
 				}})

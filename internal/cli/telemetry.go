@@ -49,3 +49,27 @@ func (f *metricsFlags) start(ctx context.Context, e *env, nc *nats.Conn, b *bus.
 	}()
 	return m, func() { cancel(); <-done }, nil
 }
+
+// farmMember is a long-running farm command's hold on the farm: the
+// topology on its NATS connection and the metrics it serves.
+type farmMember struct {
+	bus     *bus.Bus
+	metrics *telemetry.Metrics
+	// leave stops the metrics server and closes the connection.
+	leave func()
+}
+
+// joinFarm connects to NATS as name, opens the topology and starts the
+// metrics server; call leave on every return path.
+func joinFarm(ctx context.Context, e *env, nf *natsFlags, mf *metricsFlags, name string) (*farmMember, error) {
+	nc, b, err := nf.connect(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	metrics, stopMetrics, err := mf.start(ctx, e, nc, b)
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	return &farmMember{bus: b, metrics: metrics, leave: func() { stopMetrics(); nc.Close() }}, nil
+}
