@@ -57,6 +57,10 @@ bench: ## run the benchmarks (see docs/BENCHMARKS.md); set A2FARM_BENCH_PYFILE f
 bench-farm-split: ## farm vs localize with the worker on its own core and the NATS server on another (needs taskset)
 	scripts/bench-farm-split.sh
 
+.PHONY: soak
+soak: ## ~10,000 jobs through one farm worker: no memory or goroutine growth per job
+	A2FARM_SOAK=1 $(GO) test ./worker -run Soak -v -count 1 -timeout 20m
+
 .PHONY: check-gold
 check-gold: build ## compare extracted gold with the reference on data/dev-instances.jsonl (needs the repos in $(REPOS))
 	@missing=""; for r in psf__requests pallets__flask mwaskom__seaborn; do \
