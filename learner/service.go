@@ -30,7 +30,11 @@ type ServiceConfig struct {
 	GroupDeadline time.Duration
 	// Consumer is the durable consumer name (default "learner").
 	Consumer string
-	Log      zerolog.Logger
+	// ArchiveParallel bounds the archive files written at once (default
+	// 16). Each write waits for its sync to reach the disk; writing in
+	// parallel overlaps those waits.
+	ArchiveParallel int
+	Log             zerolog.Logger
 	// OnGroupClosed is told about every group written (tests, metrics).
 	OnGroupClosed func(run string, iteration int64, instance string, trajectories, rows int)
 }
@@ -63,6 +67,9 @@ func Serve(ctx context.Context, cfg ServiceConfig) error {
 	if cfg.Consumer == "" {
 		cfg.Consumer = "learner"
 	}
+	if cfg.ArchiveParallel <= 0 {
+		cfg.ArchiveParallel = 16
+	}
 	cons, err := cfg.Bus.Traj.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
 		Durable: cfg.Consumer, AckPolicy: jetstream.AckExplicitPolicy, AckWait: time.Minute,
 	})
@@ -81,12 +88,11 @@ func Serve(ctx context.Context, cfg ServiceConfig) error {
 			}
 			return fmt.Errorf("learner fetch: %w", err)
 		}
+		var msgs []jetstream.Msg
 		for msg := range batch.Messages() {
-			if err := s.take(ctx, msg); err != nil {
-				cfg.Log.Warn().Err(err).Msg("trajectory not archived; it will be redelivered")
-				_ = msg.NakWithDelay(5 * time.Second)
-			}
+			msgs = append(msgs, msg)
 		}
+		s.takeBatch(ctx, msgs)
 		s.closeDue(ctx, time.Now())
 	}
 	return nil
@@ -108,14 +114,69 @@ func (s *service) groupDir(k groupKey, kind string) string {
 	return filepath.Join(s.cfg.Out, kind, bus.Token(k.run), fmt.Sprint(k.iteration), bus.Token(k.instance))
 }
 
-// take archives one trajectory and acknowledges it.
-func (s *service) take(ctx context.Context, msg jetstream.Msg) error {
-	tr, err := s.cfg.Bus.DecodeTrajectory(ctx, msg)
-	if err != nil {
-		s.cfg.Log.Error().Err(err).Msg("undecodable trajectory message; terminating it")
-		return msg.Term()
+// received is a decoded trajectory message.
+type received struct {
+	msg jetstream.Msg
+	tr  schema.Trajectory
+}
+
+// takeBatch archives and acknowledges a fetched batch, then closes the
+// groups it completed. Archive entries are written in parallel; messages
+// for the same entry (a redelivery beside a retried attempt) stay in
+// order on one goroutine, since whether the later one replaces the
+// earlier depends on it.
+func (s *service) takeBatch(ctx context.Context, msgs []jetstream.Msg) {
+	byPath := map[string][]received{}
+	var paths []string
+	for _, msg := range msgs {
+		tr, err := s.cfg.Bus.DecodeTrajectory(ctx, msg)
+		if err != nil {
+			s.cfg.Log.Error().Err(err).Msg("undecodable trajectory message; terminating it")
+			_ = msg.Term()
+			continue
+		}
+		p := s.archivePath(tr)
+		if _, ok := byPath[p]; !ok {
+			paths = append(paths, p)
+		}
+		byPath[p] = append(byPath[p], received{msg, tr})
 	}
-	path := s.archivePath(tr)
+	var mu sync.Mutex
+	var touched []groupKey
+	seen := map[groupKey]bool{}
+	var wg sync.WaitGroup
+	slots := make(chan struct{}, s.cfg.ArchiveParallel)
+	for _, p := range paths {
+		slots <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			for _, r := range byPath[p] {
+				if err := s.take(ctx, p, r); err != nil {
+					s.cfg.Log.Warn().Err(err).Str("job", r.tr.JobID).Msg("trajectory not archived; it will be redelivered")
+					_ = r.msg.NakWithDelay(5 * time.Second)
+					continue
+				}
+				k := groupKey{r.tr.RunID, r.tr.Iteration, r.tr.InstanceID}
+				mu.Lock()
+				if !seen[k] {
+					seen[k] = true
+					touched = append(touched, k)
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	for _, k := range touched {
+		if err := s.closeIfComplete(ctx, k); err != nil {
+			s.cfg.Log.Error().Err(err).Str("instance", k.instance).Msg("closing a group failed")
+		}
+	}
+}
+
+// take archives one trajectory at path and acknowledges it.
+func (s *service) take(ctx context.Context, path string, r received) error {
+	tr := r.tr
 	k := groupKey{tr.RunID, tr.Iteration, tr.InstanceID}
 	replace, err := s.shouldArchive(path, tr)
 	if err != nil {
@@ -136,21 +197,29 @@ func (s *service) take(ctx context.Context, msg jetstream.Msg) error {
 		}
 		s.mu.Unlock()
 	}
-	if err := msg.DoubleAck(ctx); err != nil {
+	if err := r.msg.DoubleAck(ctx); err != nil {
 		return err
 	}
 	s.mu.Lock()
-	g, ok := s.groups[k]
-	if !ok {
-		g = &groupState{first: time.Now()}
-		s.groups[k] = g
+	if _, ok := s.groups[k]; !ok {
+		s.groups[k] = &groupState{first: time.Now()}
 	}
 	s.mu.Unlock()
-	m, err := s.manifest(ctx, tr.RunID, tr.Iteration)
+	return nil
+}
+
+// closeIfComplete closes a group once all N of its trajectories are
+// archived; without a run manifest it closes at its deadline.
+func (s *service) closeIfComplete(ctx context.Context, k groupKey) error {
+	m, err := s.manifest(ctx, k.run, k.iteration)
 	if err != nil {
-		return nil // no manifest: the group closes at its deadline
+		return nil
 	}
-	if n := s.archived(k); n >= m.Samples && !g.closed {
+	s.mu.Lock()
+	g := s.groups[k]
+	closed := g.closed
+	s.mu.Unlock()
+	if n := s.archived(k); n >= m.Samples && !closed {
 		return s.closeGroup(ctx, k, g)
 	}
 	return nil

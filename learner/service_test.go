@@ -84,3 +84,67 @@ func TestServeReplacesRetriedInfraError(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestServeKeepsAttemptOrderWithinABatch: a failed first attempt and its
+// successful retry land in the same fetched batch (both are published
+// before the learner starts); archive entries are written in parallel,
+// but the two attempts of one job are taken in order, so the success is
+// what the archive keeps and the group closes once, complete.
+func TestServeKeepsAttemptOrderWithinABatch(t *testing.T) {
+	_, js := natstest.New(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	b, err := bus.Open(ctx, js, bus.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const samples = 6
+	if err := b.PutRun(ctx, &schema.RunManifest{RunID: "r", Samples: samples, Instances: []string{"i1"}, Expected: samples,
+		Gold: gold, Created: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	for s := range int64(samples) {
+		failed := traj(s, schema.StatusInfraError, false, "read")
+		failed.Turns, failed.Attempt = nil, 1
+		retried := traj(s, schema.StatusOK, true, "read")
+		retried.Attempt = 2
+		for _, tr := range []schema.Trajectory{failed, retried} {
+			if err := b.PublishTrajectory(ctx, tr); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	closed := make(chan int, 4)
+	out := t.TempDir()
+	done := make(chan error, 1)
+	go func() {
+		done <- Serve(ctx, ServiceConfig{Bus: b, Out: out, Learner: DefaultConfig(), Log: zerolog.Nop(),
+			OnGroupClosed: func(_ string, _ int64, _ string, trajectories, _ int) { closed <- trajectories }})
+	}()
+	select {
+	case n := <-closed:
+		if n != samples {
+			t.Errorf("the group closed with %d trajectories; want %d", n, samples)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("the group did not close")
+	}
+	trs, err := schema.ReadTrajectoryDir(filepath.Join(out, "archive", "r", "0", "i1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tr := range trs {
+		if tr.Status != schema.StatusOK || tr.Attempt != 2 {
+			t.Errorf("archived sample %d: status %s, attempt %d; want the retry's success", tr.Sample, tr.Status, tr.Attempt)
+		}
+	}
+	select {
+	case n := <-closed:
+		t.Errorf("the group closed a second time (%d trajectories)", n)
+	case <-time.After(300 * time.Millisecond):
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
