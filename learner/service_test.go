@@ -14,21 +14,29 @@ import (
 	"github.com/a2farm/a2farm/schema"
 )
 
-// TestServeReplacesRetriedInfraError: a group closes with an infra_error
-// in it; when the retried job's second attempt arrives, the archive keeps
-// the success and the group's shard is written again with its rows.
-func TestServeReplacesRetriedInfraError(t *testing.T) {
+// openRun opens the topology on a fresh server and stores the manifest
+// of run "r": one instance, i1, with the given samples.
+func openRun(ctx context.Context, t *testing.T, samples int) *bus.Bus {
+	t.Helper()
 	_, js := natstest.New(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	b, err := bus.Open(ctx, js, bus.DefaultConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := b.PutRun(ctx, &schema.RunManifest{RunID: "r", Samples: 2, Instances: []string{"i1"}, Expected: 2,
-		Gold: gold, Created: time.Now()}); err != nil {
+	if err := b.PutRun(ctx, &schema.RunManifest{RunID: "r", Samples: samples, Instances: []string{"i1"},
+		Expected: samples, Gold: gold, Created: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
+	return b
+}
+
+// TestServeReplacesRetriedInfraError: a group closes with an infra_error
+// in it; when the retried job's second attempt arrives, the archive keeps
+// the success and the group's shard is written again with its rows.
+func TestServeReplacesRetriedInfraError(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	b := openRun(ctx, t, 2)
 	type closing struct{ trajectories, rows int }
 	closed := make(chan closing, 4)
 	out := t.TempDir()
@@ -91,18 +99,10 @@ func TestServeReplacesRetriedInfraError(t *testing.T) {
 // but the two attempts of one job are taken in order, so the success is
 // what the archive keeps and the group closes once, complete.
 func TestServeKeepsAttemptOrderWithinABatch(t *testing.T) {
-	_, js := natstest.New(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	b, err := bus.Open(ctx, js, bus.DefaultConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
 	const samples = 6
-	if err := b.PutRun(ctx, &schema.RunManifest{RunID: "r", Samples: samples, Instances: []string{"i1"}, Expected: samples,
-		Gold: gold, Created: time.Now()}); err != nil {
-		t.Fatal(err)
-	}
+	b := openRun(ctx, t, samples)
 	for s := range int64(samples) {
 		failed := traj(s, schema.StatusInfraError, false, "read")
 		failed.Turns, failed.Attempt = nil, 1
