@@ -158,10 +158,13 @@ func quantile(d []time.Duration, q float64) time.Duration {
 }
 
 // BenchmarkFarmVsLocalize runs the same rollouts (built-in sample × 64,
-// heuristic policy, 8 episodes in flight) through `localize` in one
-// process and through the farm (JetStream queue, worker, trajectory log).
-// cpu-ms/rollout is the whole process's CPU time per rollout: the server,
-// encoding and decoding included.
+// 8 episodes in flight) through `localize` in one process and through the
+// farm (JetStream queue, worker, trajectory log), with two policies: the
+// built-in heuristic, whose decisions cost CPU in the worker, and a
+// zero-latency policy server (the in-test OpenAI-protocol stand-in
+// answering at once), the DESIGN target's case. cpu-ms/rollout is the
+// whole process's CPU time per rollout: server, encoding and decoding
+// included.
 func BenchmarkFarmVsLocalize(b *testing.B) {
 	l, err := sample.Write(filepath.Join(b.TempDir(), "sample"))
 	if err != nil {
@@ -169,33 +172,60 @@ func BenchmarkFarmVsLocalize(b *testing.B) {
 	}
 	const samples, concurrency = 64, 8
 	rollouts := float64(len(l.Instances) * samples)
-	b.Run("localize", func(b *testing.B) {
-		repos := gitrepo.NewSet(l.ReposDir)
-		defer repos.Close()
-		var wall, cpu time.Duration
-		for i := range b.N {
-			start, cpuStart := time.Now(), processCPU(b)
-			if _, err := Localize(context.Background(), LocalizeConfig{Instances: l.Instances, Repos: repos,
-				Model: policy.Heuristic{}, Policy: schema.Policy{Kind: "heuristic"}, Samples: samples,
-				Concurrency: concurrency, Seed: 1, Out: filepath.Join(b.TempDir(), fmt.Sprint(i)), Log: zerolog.Nop()}); err != nil {
-				b.Fatal(err)
+	policies := []struct {
+		name  string
+		kind  string
+		model func(*testing.B) agent.Model
+	}{
+		{"heuristic", "heuristic", func(*testing.B) agent.Model { return policy.Heuristic{} }},
+		{"zero-latency-server", "openai", func(b *testing.B) agent.Model { return scriptedModel(b, 0) }},
+	}
+	for _, p := range policies {
+		b.Run(p.name+"/localize", func(b *testing.B) {
+			model := p.model(b)
+			repos := gitrepo.NewSet(l.ReposDir)
+			defer repos.Close()
+			var wall, cpu time.Duration
+			for i := range b.N {
+				start, cpuStart := time.Now(), processCPU(b)
+				if _, err := Localize(context.Background(), LocalizeConfig{Instances: l.Instances, Repos: repos,
+					Model: model, Policy: schema.Policy{Kind: p.kind}, Samples: samples,
+					Concurrency: concurrency, Seed: 1, Out: filepath.Join(b.TempDir(), fmt.Sprint(i)), Log: zerolog.Nop()}); err != nil {
+					b.Fatal(err)
+				}
+				wall += time.Since(start)
+				cpu += processCPU(b) - cpuStart
 			}
-			wall += time.Since(start)
-			cpu += processCPU(b) - cpuStart
-		}
-		b.ReportMetric(rollouts*float64(b.N)/wall.Seconds(), "rollouts/s")
-		b.ReportMetric(cpu.Seconds()*1e3/(rollouts*float64(b.N)), "cpu-ms/rollout")
-	})
-	b.Run("farm", func(b *testing.B) {
-		var wall, cpu time.Duration
-		for i := range b.N {
-			r := runFarm(b, l, fmt.Sprintf("bench%d-%d", b.N, i), samples, concurrency, policy.Heuristic{})
-			wall += r.wall
-			cpu += r.cpu
-		}
-		b.ReportMetric(rollouts*float64(b.N)/wall.Seconds(), "rollouts/s")
-		b.ReportMetric(cpu.Seconds()*1e3/(rollouts*float64(b.N)), "cpu-ms/rollout")
-	})
+			b.ReportMetric(rollouts*float64(b.N)/wall.Seconds(), "rollouts/s")
+			b.ReportMetric(cpu.Seconds()*1e3/(rollouts*float64(b.N)), "cpu-ms/rollout")
+		})
+		b.Run(p.name+"/farm", func(b *testing.B) {
+			model := p.model(b)
+			var wall, cpu time.Duration
+			for i := range b.N {
+				r := runFarm(b, l, fmt.Sprintf("%s-%d-%d", p.name, b.N, i), samples, concurrency, model)
+				wall += r.wall
+				cpu += r.cpu
+			}
+			b.ReportMetric(rollouts*float64(b.N)/wall.Seconds(), "rollouts/s")
+			b.ReportMetric(cpu.Seconds()*1e3/(rollouts*float64(b.N)), "cpu-ms/rollout")
+		})
+	}
+}
+
+// scriptedModel is the openai policy against the in-test OpenAI-protocol
+// server answering each call after delay.
+func scriptedModel(b *testing.B, delay time.Duration) agent.Model {
+	srv := policytest.Scripted(b, delay)
+	client, err := llm.New(llm.Config{BaseURL: srv.URL + "/v1", Timeout: time.Minute})
+	if err != nil {
+		b.Fatal(err)
+	}
+	model, err := policy.NewOpenAI(policy.OpenAIConfig{Client: client, Model: "m"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return model
 }
 
 // BenchmarkFarmEfficiency1sTurn: 512 episodes of three 1-second policy
@@ -208,15 +238,7 @@ func BenchmarkFarmEfficiency1sTurn(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	srv := policytest.Scripted(b, time.Second)
-	client, err := llm.New(llm.Config{BaseURL: srv.URL + "/v1", Timeout: time.Minute})
-	if err != nil {
-		b.Fatal(err)
-	}
-	model, err := policy.NewOpenAI(policy.OpenAIConfig{Client: client, Model: "m"})
-	if err != nil {
-		b.Fatal(err)
-	}
+	model := scriptedModel(b, time.Second)
 	const concurrency = 256
 	samples := (512 + len(l.Instances) - 1) / len(l.Instances)
 	episodes := samples * len(l.Instances)
