@@ -13,6 +13,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -111,23 +112,68 @@ type Request struct {
 	Extra       map[string]any  `json:"-"`
 }
 
-// MarshalJSON merges Extra into the request object.
+// MarshalJSON writes the request with Tools (which must hold valid JSON,
+// as it is sent as is) and the Extra fields that do not collide with a
+// standard one spliced into the object: a request carries the whole
+// conversation, and a decode/re-encode round trip through a map, or a
+// second validation of the tool specs on every turn, would cost more CPU
+// than everything else the client does.
 func (r Request) MarshalJSON() ([]byte, error) {
 	type plain Request
-	base, err := json.Marshal(plain(r))
-	if err != nil || len(r.Extra) == 0 {
-		return base, err
-	}
-	var m map[string]any
-	if err := json.Unmarshal(base, &m); err != nil {
+	p := plain(r)
+	p.Tools = nil
+	base, err := json.Marshal(p)
+	if err != nil {
 		return nil, err
 	}
-	for k, v := range r.Extra {
-		if _, exists := m[k]; !exists {
-			m[k] = v
+	if len(r.Tools) == 0 && len(r.Extra) == 0 {
+		return base, nil
+	}
+	out := base[:len(base)-1] // reopen the object: drop its closing brace
+	if len(r.Tools) > 0 {
+		out = append(append(out, `,"tools":`...), r.Tools...)
+	}
+	keys := make([]string, 0, len(r.Extra))
+	for k := range r.Extra {
+		if !r.hasField(k) {
+			keys = append(keys, k)
 		}
 	}
-	return json.Marshal(m)
+	slices.Sort(keys) // stable bodies, for logs and tests
+	for _, k := range keys {
+		name, err := json.Marshal(k)
+		if err != nil {
+			return nil, err
+		}
+		value, err := json.Marshal(r.Extra[k])
+		if err != nil {
+			return nil, fmt.Errorf("llm: extra field %s: %w", k, err)
+		}
+		out = append(append(append(append(out, ','), name...), ':'), value...)
+	}
+	return append(out, '}'), nil
+}
+
+// hasField reports whether the request's standard fields write key, which
+// then wins over an Extra field of the same name.
+func (r Request) hasField(key string) bool {
+	switch key {
+	case "model", "messages":
+		return true
+	case "tools":
+		return len(r.Tools) > 0
+	case "temperature":
+		return r.Temperature != nil
+	case "top_p":
+		return r.TopP != nil
+	case "max_tokens":
+		return r.MaxTokens != 0
+	case "stop":
+		return len(r.Stop) > 0
+	case "seed":
+		return r.Seed != nil
+	}
+	return false
 }
 
 // Usage is the server's token accounting.
@@ -203,7 +249,9 @@ func (e *StatusError) ContextOverflow() bool {
 
 // Chat sends the request, retrying transient failures.
 func (c *Client) Chat(ctx context.Context, req Request) (*Response, error) {
-	body, err := json.Marshal(req)
+	// MarshalJSON directly: json.Marshal would validate and compact the
+	// whole body a second time.
+	body, err := req.MarshalJSON()
 	if err != nil {
 		return nil, fmt.Errorf("llm: encode request: %w", err)
 	}

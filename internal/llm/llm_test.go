@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -140,5 +141,50 @@ func TestNewValidates(t *testing.T) {
 	}
 	if _, err := New(Config{BaseURL: "https://api.example/v1"}); err != nil {
 		t.Error(err)
+	}
+}
+
+func TestRequestMarshalJSON(t *testing.T) {
+	seed, temp := int64(7), 0.5
+	tools := json.RawMessage(`[{"type":"function","function":{"name":"f"}}]`)
+	msgs := []Message{{Role: "user", Content: "a <b> & \"c\""}}
+	for _, tc := range []struct {
+		name string
+		req  Request
+		want string // the body, decoded and re-encoded with sorted keys
+	}{
+		{"plain", Request{Model: "m", Messages: msgs},
+			`{"messages":[{"content":"a <b> & \"c\"","role":"user"}],"model":"m"}`},
+		{"tools", Request{Model: "m", Tools: tools},
+			`{"messages":null,"model":"m","tools":[{"function":{"name":"f"},"type":"function"}]}`},
+		{"extras beside standard fields", Request{Model: "m", Temperature: &temp, Seed: &seed,
+			Extra: map[string]any{"top_k": 20, "seed": 99, "temperature": 2, "a\"b": true}},
+			`{"a\"b":true,"messages":null,"model":"m","seed":7,"temperature":0.5,"top_k":20}`},
+		{"an extra fills an unset standard field", Request{Model: "m", Extra: map[string]any{"seed": 99, "tools": []int{1}}},
+			`{"messages":null,"model":"m","seed":99,"tools":[1]}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			body, err := tc.req.MarshalJSON()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var decoded map[string]any
+			if err := json.Unmarshal(body, &decoded); err != nil {
+				t.Fatalf("body %s is not JSON: %v", body, err)
+			}
+			got, _ := json.Marshal(decoded)
+			var want map[string]any
+			if err := json.Unmarshal([]byte(tc.want), &want); err != nil {
+				t.Fatal(err)
+			}
+			wantJSON, _ := json.Marshal(want)
+			if string(got) != string(wantJSON) {
+				t.Errorf("body = %s\nwant  %s", got, wantJSON)
+			}
+		})
+	}
+	if _, err := (Request{Model: "m", Extra: map[string]any{"bad": make(chan int)}}).MarshalJSON(); err == nil ||
+		!strings.Contains(err.Error(), "extra field bad") {
+		t.Errorf("an unencodable extra gave %v", err)
 	}
 }
