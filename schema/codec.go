@@ -305,6 +305,7 @@ func (c *Codec[T]) Encode(mem memory.Allocator, rows []T) arrow.RecordBatch {
 	}
 	b := array.NewRecordBuilder(mem, c.schema)
 	defer b.Release()
+	c.reserve(b, rows)
 	for i := range rows {
 		v := reflect.ValueOf(&rows[i]).Elem()
 		for j, col := range c.cols {
@@ -312,6 +313,27 @@ func (c *Codec[T]) Encode(mem memory.Allocator, rows []T) arrow.RecordBatch {
 		}
 	}
 	return b.NewRecordBatch()
+}
+
+// reserve sizes every builder for rows, and each top-level string column
+// for its total length, so that long text columns (observations,
+// prompts) are copied once instead of through a chain of doublings.
+func (c *Codec[T]) reserve(b *array.RecordBuilder, rows []T) {
+	b.Reserve(len(rows))
+	for j, col := range c.cols {
+		sb, ok := b.Field(j).(*array.StringBuilder)
+		if !ok {
+			continue
+		}
+		total := 0
+		for i := range rows {
+			switch v := reflect.ValueOf(&rows[i]).Elem().FieldByIndex(col.path); v.Kind() {
+			case reflect.String, reflect.Slice:
+				total += v.Len()
+			}
+		}
+		sb.ReserveData(total)
+	}
 }
 
 // Decode reads every row of rec. Columns are matched by name, so files

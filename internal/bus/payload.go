@@ -3,6 +3,7 @@ package bus
 import (
 	"bytes"
 	"fmt"
+	"sync"
 
 	"github.com/klauspost/compress/zstd"
 
@@ -22,6 +23,9 @@ const (
 // hostile message cannot exhaust the learner's memory.
 const maxPayloadBytes = 1 << 30
 
+// maxPooledPlain is the largest uncompressed-stream buffer kept for reuse.
+const maxPooledPlain = 4 << 20
+
 // payloadCodec compresses a trajectory's uncompressed Arrow IPC stream as
 // one zstd frame. Arrow's IPC compression compresses every column buffer
 // on its own — about 150 encoder resets for a one-trajectory message —
@@ -32,6 +36,10 @@ const maxPayloadBytes = 1 << 30
 type payloadCodec struct {
 	enc *zstd.Encoder
 	dec *zstd.Decoder
+	// plain holds *bytes.Buffer for the uncompressed stream: reused, a
+	// buffer stops growing after the first payloads instead of doubling
+	// its way up for every trajectory.
+	plain *sync.Pool
 }
 
 func newPayloadCodec() payloadCodec {
@@ -46,15 +54,21 @@ func newPayloadCodec() payloadCodec {
 	if err != nil {
 		panic(fmt.Sprintf("bus: zstd decoder: %v", err))
 	}
-	return payloadCodec{enc: enc, dec: dec}
+	return payloadCodec{enc: enc, dec: dec, plain: &sync.Pool{New: func() any { return new(bytes.Buffer) }}}
 }
 
 // encode returns the compressed payload of one trajectory.
 func (c payloadCodec) encode(tr schema.Trajectory) ([]byte, error) {
 	rec := schema.EncodeTrajectories(nil, tr)
 	defer rec.Release()
-	var plain bytes.Buffer
-	if err := schema.WriteIPCUncompressed(&plain, schema.TrajectorySchema(), rec); err != nil {
+	plain := c.plain.Get().(*bytes.Buffer)
+	defer func() {
+		if plain.Cap() <= maxPooledPlain { // one huge trajectory must not pin its buffer
+			c.plain.Put(plain)
+		}
+	}()
+	plain.Reset()
+	if err := schema.WriteIPCUncompressed(plain, schema.TrajectorySchema(), rec); err != nil {
 		return nil, err
 	}
 	return c.enc.EncodeAll(plain.Bytes(), make([]byte, 0, plain.Len()/4)), nil
