@@ -201,22 +201,27 @@ func (w *farmWorker) index(ctx context.Context, repo, commit string) (*repoindex
 	w.mu.Unlock()
 	<-e.ready
 	release := func() {
+		var evicted []*repoindex.Index
 		w.mu.Lock()
-		defer w.mu.Unlock()
 		e.refs--
-		if e.refs > 0 {
-			return
-		}
-		if e.err != nil { // a failed build is tried again by the next job
+		switch {
+		case e.refs > 0:
+		case e.err != nil: // a failed build is tried again by the next job
 			delete(w.indexes, key)
-			return
+		default:
+			w.idle = append(w.idle, key)
+			for len(w.idle) > w.cfg.KeepIndexes {
+				oldest := w.idle[0]
+				w.idle = w.idle[1:]
+				evicted = append(evicted, w.indexes[oldest].idx)
+				delete(w.indexes, oldest)
+			}
 		}
-		w.idle = append(w.idle, key)
-		for len(w.idle) > w.cfg.KeepIndexes {
-			oldest := w.idle[0]
-			w.idle = w.idle[1:]
-			w.indexes[oldest].idx.Close()
-			delete(w.indexes, oldest)
+		w.mu.Unlock()
+		// Closing flushes the search index: not while holding the lock
+		// every job and the heartbeat need.
+		for _, idx := range evicted {
+			idx.Close()
 		}
 	}
 	if e.err != nil {
