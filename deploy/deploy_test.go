@@ -17,6 +17,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"go.yaml.in/yaml/v3"
@@ -157,7 +158,9 @@ func TestGrafanaQueriesExistingMetrics(t *testing.T) {
 	}
 	m := telemetry.New()
 	m.WatchQueue(func(context.Context) (uint64, uint64, error) { return 0, 0, errors.New("no server here") })
+	// Labelled families appear once observed.
 	m.ObserveTrajectory(schema.Trajectory{Status: schema.StatusOK, Turns: []schema.Turn{{ToolName: "finish"}}})
+	m.IndexBuilt(time.Second, nil)
 	families, err := m.Gatherer().Gather()
 	if err != nil {
 		t.Fatal(err)

@@ -46,6 +46,8 @@ type Config struct {
 	Log         zerolog.Logger
 	// OnTrajectory sees every trajectory once it is published (metrics).
 	OnTrajectory func(schema.Trajectory)
+	// OnIndexBuilt sees every snapshot index build (metrics).
+	OnIndexBuilt func(took time.Duration, err error)
 	// Hooks for tests; nil in production.
 	OnJobStarted func(jobID string)
 	OnJobSettled func(jobID string, outcome string)
@@ -191,7 +193,11 @@ func (w *farmWorker) index(ctx context.Context, repo, commit string) (*repoindex
 		e = &indexEntry{ready: make(chan struct{})}
 		w.indexes[key] = e
 		go func() {
+			start := time.Now()
 			e.idx, e.err = repoindex.Build(ctx, w.cfg.Repos, repo, commit, w.cfg.Index)
+			if w.cfg.OnIndexBuilt != nil {
+				w.cfg.OnIndexBuilt(time.Since(start), e.err)
+			}
 			close(e.ready)
 		}()
 	} else if e.refs == 0 {

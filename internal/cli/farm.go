@@ -157,7 +157,7 @@ func newWorkerCmd(e *env) *cobra.Command {
 			e.log.Info().Int("concurrency", concurrency).Msg("worker started")
 			return worker.Run(cmd.Context(), worker.Config{Bus: farm.bus, Repos: repos, Model: model, Index: opts,
 				Concurrency: concurrency, Grace: grace, KeepIndexes: keepIndexes, WorkerID: id, Version: version(), Log: e.log,
-				Agent: agent.Config{TextMode: pf.textMode}, OnTrajectory: farm.metrics.ObserveTrajectory})
+				Agent: agent.Config{TextMode: pf.textMode}, OnTrajectory: farm.metrics.ObserveTrajectory, OnIndexBuilt: farm.metrics.IndexBuilt})
 		},
 	}
 	nf.bind(cmd)

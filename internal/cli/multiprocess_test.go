@@ -186,8 +186,8 @@ func TestMultiProcessFarmSurvivesAKilledWorker(t *testing.T) {
 	// (w2 may also have answered a job w1 had answered just before it was
 	// killed: that trajectory is deduplicated, but w2 counted its episode.)
 	if m := scrape(workerMetrics, "/metrics"); !strings.Contains(m, `a2farm_episodes_total{status="ok"}`) ||
-		!strings.Contains(m, "a2farm_queue_pending 0") {
-		t.Errorf("worker metrics lack its episodes or the empty queue:\n%s", grepLines(m, "a2farm_"))
+		!strings.Contains(m, "a2farm_queue_pending 0") || !strings.Contains(m, `a2farm_index_build_seconds_count{outcome="ok"} 1`) {
+		t.Errorf("worker metrics lack its episodes, the empty queue or its one index build:\n%s", grepLines(m, "a2farm_"))
 	}
 	var m string
 	for range 50 { // groups close just after their last trajectory is archived

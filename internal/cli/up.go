@@ -144,7 +144,7 @@ the trajectory archive in DIR/learner/archive.`,
 					defer wg.Done()
 					if err := worker.Run(farmCtx, worker.Config{Bus: b, Repos: repos, Model: model, Index: opts,
 						Concurrency: concurrency, WorkerID: fmt.Sprintf("up-%d", i), Version: version(), Log: e.log,
-						OnTrajectory: instruments.ObserveTrajectory}); err != nil {
+						OnTrajectory: instruments.ObserveTrajectory, OnIndexBuilt: instruments.IndexBuilt}); err != nil {
 						errs <- err
 					}
 				}()

@@ -30,6 +30,7 @@ type Metrics struct {
 	tokens        *prometheus.CounterVec
 	groups        prometheus.Counter
 	shardRows     prometheus.Counter
+	indexBuilds   *prometheus.HistogramVec
 }
 
 // New makes the instruments in a fresh registry, with the Go runtime and
@@ -55,14 +56,26 @@ func New() *Metrics {
 			Help: "Instance groups closed by the learner (shards written)."}),
 		shardRows: prometheus.NewCounter(prometheus.CounterOpts{Name: "a2farm_shard_rows_total",
 			Help: "Training rows written to shards."}),
+		indexBuilds: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "a2farm_index_build_seconds",
+			Help:    "Snapshot index builds by a worker, by outcome (ok, error); many per snapshot mean --keep-indexes is too small.",
+			Buckets: buckets}, []string{"outcome"}),
 	}
 	m.reg.MustRegister(m.episodes, m.turnLatency, m.toolLatency, m.policyLatency, m.policyErrors, m.tokens,
-		m.groups, m.shardRows, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		m.groups, m.shardRows, m.indexBuilds, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 
 // Gatherer exposes the registry (tests, and embedding in another server).
 func (m *Metrics) Gatherer() prometheus.Gatherer { return m.reg }
+
+// IndexBuilt records one snapshot index build.
+func (m *Metrics) IndexBuilt(took time.Duration, err error) {
+	outcome := "ok"
+	if err != nil {
+		outcome = "error"
+	}
+	m.indexBuilds.WithLabelValues(outcome).Observe(took.Seconds())
+}
 
 // ObserveTrajectory counts a finished episode and its turns.
 func (m *Metrics) ObserveTrajectory(tr schema.Trajectory) {

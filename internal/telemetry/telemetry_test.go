@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -49,6 +50,8 @@ func TestMetricsAndHealth(t *testing.T) {
 		}})
 	m.ObserveTrajectory(schema.Trajectory{Status: schema.StatusPolicyError})
 	m.GroupClosed(5)
+	m.IndexBuilt(300*time.Millisecond, nil)
+	m.IndexBuilt(time.Millisecond, errors.New("no such snapshot"))
 
 	var unhealthy atomic.Bool
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -81,6 +84,9 @@ func TestMetricsAndHealth(t *testing.T) {
 		`a2farm_policy_seconds_sum 0.2`,
 		`a2farm_groups_closed_total 1`,
 		`a2farm_shard_rows_total 5`,
+		`a2farm_index_build_seconds_count{outcome="ok"} 1`,
+		`a2farm_index_build_seconds_sum{outcome="ok"} 0.3`,
+		`a2farm_index_build_seconds_count{outcome="error"} 1`,
 		`a2farm_queue_pending 2`,
 		`a2farm_queue_in_flight 0`,
 		`go_goroutines`,
