@@ -24,6 +24,23 @@ func open(t *testing.T, cfg Config) (*Bus, jetstream.JetStream) {
 	return b, js
 }
 
+// waitPending waits until the jobs consumer counts want undelivered jobs:
+// the server updates the count a moment after acknowledging a publish.
+func waitPending(t *testing.T, b *Bus, want uint64) {
+	t.Helper()
+	var got uint64
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		q, err := b.Queue(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got = q.Pending; got == want {
+			return
+		}
+	}
+	t.Fatalf("pending jobs = %d; want %d", got, want)
+}
+
 func TestOpenIsIdempotentAndApplySettings(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.AckWait, cfg.MaxDeliver = 45*time.Second, 5
@@ -73,9 +90,9 @@ func TestJobsAreDeduplicatedByID(t *testing.T) {
 	if err := b.PublishJob(ctx, job2); err != nil {
 		t.Fatal(err)
 	}
-	pending, inFlight, err := b.QueueDepth(ctx)
-	if err != nil || pending != 2 || inFlight != 0 {
-		t.Fatalf("queue depth %d+%d, %v; want 2 jobs", pending, inFlight, err)
+	waitPending(t, b, 2)
+	if _, inFlight, err := b.QueueDepth(ctx); err != nil || inFlight != 0 {
+		t.Fatalf("%d in flight, %v; want none", inFlight, err)
 	}
 	batch, err := b.Consumer.Fetch(1)
 	if err != nil {
@@ -87,7 +104,7 @@ func TestJobsAreDeduplicatedByID(t *testing.T) {
 			t.Errorf("job = %+v, %v", got, err)
 		}
 	}
-	if _, inFlight, _ = b.QueueDepth(ctx); inFlight != 1 {
+	if _, inFlight, _ := b.QueueDepth(ctx); inFlight != 1 {
 		t.Errorf("in flight = %d after a fetch without ack", inFlight)
 	}
 }
@@ -200,9 +217,7 @@ func TestDeadJobsBecomeInfraErrors(t *testing.T) {
 	if err := b.PublishJobAttempt(ctx, job); err != nil {
 		t.Fatal(err)
 	}
-	if pending, _, _ := b.QueueDepth(ctx); pending != 1 {
-		t.Errorf("retry not queued: pending %d", pending)
-	}
+	waitPending(t, b, 1)
 }
 
 // TestAttachReadsTheFarmsSettings: Attach finds the topology Open made and

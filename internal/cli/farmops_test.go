@@ -82,9 +82,13 @@ func TestStatusAndJobsRetry(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "requeued 1 dead jobs") {
 		t.Fatalf("jobs retry exit %d: %s %s", code, out, errOut)
 	}
-	st = status()
-	if st.Runs[0].Dead != 0 || st.Pending != 1 {
-		t.Fatalf("status after retry = %+v", st)
+	// The server counts the requeued job a moment after accepting it.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if st = status(); st.Runs[0].Dead == 0 && st.Pending == 1 {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("status after retry = %+v", st)
+		}
 	}
 	batch, err := b.Consumer.Fetch(1, jetstream.FetchMaxWait(2*time.Second))
 	if err != nil {

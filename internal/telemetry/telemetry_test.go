@@ -41,6 +41,15 @@ func TestMetricsAndHealth(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// The consumer counts a stored message a moment after the publish is
+	// acknowledged; wait for it so that the scrape below sees both jobs.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if pending, _, err := b.QueueDepth(ctx); err == nil && pending == 2 {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("the queue never showed the 2 jobs (pending %d, %v)", pending, err)
+		}
+	}
 	m := New()
 	m.WatchQueue(b.QueueDepth)
 	m.ObserveTrajectory(schema.Trajectory{Status: schema.StatusOK, PromptTokens: 100, CompletionTokens: 7,
