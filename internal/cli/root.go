@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"sync"
 
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
@@ -43,6 +44,7 @@ type env struct {
 
 // Run executes the command line and returns the process exit code.
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	stderr = &syncWriter{w: stderr}
 	e := &env{stdout: stdout, stderr: stderr}
 	root := newRoot(e)
 	root.SetArgs(args)
@@ -143,20 +145,41 @@ func (e *env) setupLogging() error {
 // on the first report, when the total is known) and a function that ends
 // its line.
 func (e *env) progress(label string) (report func(done, total int), finish func()) {
+	var mu sync.Mutex
 	var bar *progress.Bar
-	report = func(done, total int) {
-		if bar == nil {
+	current := func(total int) *progress.Bar {
+		mu.Lock()
+		defer mu.Unlock()
+		if bar == nil && total >= 0 {
 			bar = progress.New(e.stderr, label, total)
 		}
-		bar.Set(done)
+		return bar
 	}
+	report = func(done, total int) { current(total).Set(done) }
 	finish = func() {
-		if bar != nil {
-			bar.Finish()
+		if b := current(-1); b != nil {
+			b.Finish()
 		}
 	}
 	return report, finish
 }
+
+// syncWriter serializes the writes of everything that shares stderr — the
+// logger, progress bars and the final error — so that their lines never
+// interleave, whatever goroutine writes them.
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
+}
+
+// Unwrap lets progress.IsTerminal see the file underneath.
+func (s *syncWriter) Unwrap() io.Writer { return s.w }
 
 // envOr returns the environment variable's value, or def when unset: env
 // vars pre-fill flags, flags win.

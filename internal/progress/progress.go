@@ -81,7 +81,15 @@ func (b *Bar) draw(now time.Time) {
 }
 
 // IsTerminal reports whether w is a character device (a terminal).
+// Writers that wrap another (with an Unwrap method) are looked through.
 func IsTerminal(w io.Writer) bool {
+	for {
+		u, ok := w.(interface{ Unwrap() io.Writer })
+		if !ok {
+			break
+		}
+		w = u.Unwrap()
+	}
 	f, ok := w.(*os.File)
 	if !ok {
 		return false

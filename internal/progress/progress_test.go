@@ -2,6 +2,8 @@ package progress
 
 import (
 	"bytes"
+	"io"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -31,5 +33,33 @@ func TestBarOffTerminalPrintsSparseLines(t *testing.T) {
 	}
 	if lines[1] != "gold 4/4 (100%) in 8s" {
 		t.Errorf("last line = %q", lines[1])
+	}
+}
+
+type wrapped struct{ io.Writer }
+
+func (w wrapped) Unwrap() io.Writer { return w.Writer }
+
+// TestIsTerminalLooksThroughWrappers: a writer that wraps a character
+// device (a serializing wrapper around stderr) still counts as one.
+func TestIsTerminalLooksThroughWrappers(t *testing.T) {
+	dev, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	for _, tc := range []struct {
+		name string
+		w    io.Writer
+		want bool
+	}{
+		{"character device", dev, true},
+		{"wrapped twice", wrapped{wrapped{dev}}, true},
+		{"buffer", &bytes.Buffer{}, false},
+		{"wrapped buffer", wrapped{&bytes.Buffer{}}, false},
+	} {
+		if got := IsTerminal(tc.w); got != tc.want {
+			t.Errorf("%s: IsTerminal = %v; want %v", tc.name, got, tc.want)
+		}
 	}
 }
