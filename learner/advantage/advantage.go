@@ -6,10 +6,10 @@
 package advantage
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
-	"strings"
 )
 
 // Schemes of history keys.
@@ -106,9 +106,14 @@ func Pool(trs []Trajectory, cfg Config) (*Result, error) {
 		k int
 		a float64
 	}
+	// One backing array: a step holds at most maxK+1 items.
 	items := make([][][]item, len(trs))
+	backing := make([]item, res.Steps*(maxK+1))
 	for i, tr := range trs {
 		items[i] = make([][]item, len(tr.Returns))
+		for t := range items[i] {
+			items[i][t], backing = backing[:0:maxK+1], backing[maxK+1:]
+		}
 	}
 
 	// Episode level: first-step returns against their mean.
@@ -133,13 +138,18 @@ func Pool(trs []Trajectory, cfg Config) (*Result, error) {
 	}
 
 	// History levels.
+	in := interner{}
+	actions := make([][]uint32, len(trs))
+	for i, tr := range trs {
+		actions[i] = in.ids(tr.Actions)
+	}
 	type member struct{ i, t int }
 	for k := 1; k <= maxK; k++ {
 		groups := map[string][]member{}
 		var order []string
 		for i, tr := range trs {
 			for t := range tr.Returns {
-				key, ok := historyKey(tr.Actions, t, k, cfg.Scheme)
+				key, ok := historyKey(actions[i], t, k, cfg.Scheme)
 				if !ok {
 					continue
 				}
@@ -192,10 +202,27 @@ func Pool(trs []Trajectory, cfg Config) (*Result, error) {
 	return res, nil
 }
 
+// interner numbers action keys, so that a group key costs a few bytes per
+// action however long the canonical action text is.
+type interner map[string]uint32
+
+func (in interner) ids(actions []string) []uint32 {
+	out := make([]uint32, len(actions))
+	for t, a := range actions {
+		id, ok := in[a]
+		if !ok {
+			id = uint32(len(in))
+			in[a] = id
+		}
+		out[t] = id
+	}
+	return out
+}
+
 // historyKey is the group key of step t at depth k; ok is false when the
 // step has no group at this depth (history too short).
-func historyKey(actions []string, t, k int, scheme string) (string, bool) {
-	var hist []string
+func historyKey(actions []uint32, t, k int, scheme string) (string, bool) {
+	var hist []uint32
 	switch scheme {
 	case SchemeStateAction:
 		if t+1 < k {
@@ -211,7 +238,11 @@ func historyKey(actions []string, t, k int, scheme string) (string, bool) {
 		}
 	}
 	// Positions and trajectories are not part of the key.
-	return fmt.Sprintf("%d\x00%s", k, strings.Join(hist, "\x00")), true
+	key := binary.AppendUvarint(make([]byte, 0, binary.MaxVarintLen64+4*len(hist)), uint64(k))
+	for _, a := range hist {
+		key = binary.LittleEndian.AppendUint32(key, a)
+	}
+	return string(key), true
 }
 
 // normalise returns the group's advantages.

@@ -21,7 +21,8 @@ func TestReturns(t *testing.T) {
 // TestHistoryLevels: with the state scheme and H = 2 (depths 1..3), step 0
 // joins every depth, step 1 only depth 1, step 2 depths 1-2, step 3+ all.
 func TestHistoryLevels(t *testing.T) {
-	actions := []string{"a", "b", "c", "d", "e"}
+	in := interner{}
+	actions := in.ids([]string{"a", "b", "c", "d", "e"})
 	want := map[int][]int{0: {1, 2, 3}, 1: {1}, 2: {1, 2}, 3: {1, 2, 3}, 4: {1, 2, 3}}
 	for step, levels := range want {
 		var got []int
@@ -37,19 +38,19 @@ func TestHistoryLevels(t *testing.T) {
 		}
 	}
 	k0, _ := historyKey(actions, 0, 2, SchemeState)
-	k0b, _ := historyKey([]string{"z"}, 0, 2, SchemeState)
+	k0b, _ := historyKey(in.ids([]string{"z"}), 0, 2, SchemeState)
 	if k0 != k0b {
 		t.Error("first steps of different trajectories must share the empty-history group")
 	}
 	k3, _ := historyKey(actions, 3, 2, SchemeState)
-	if want, _ := historyKey([]string{"q", "b", "c", "x"}, 3, 2, SchemeState); k3 != want {
+	if want, _ := historyKey(in.ids([]string{"q", "b", "c", "x"}), 3, 2, SchemeState); k3 != want {
 		t.Error("the key must hold the 2 actions before the step, not the current one")
 	}
 	if _, ok := historyKey(actions, 0, 2, SchemeStateAction); ok {
 		t.Error("state_action: step 0 has no depth-2 history")
 	}
 	ka, _ := historyKey(actions, 1, 2, SchemeStateAction)
-	if kb, _ := historyKey([]string{"a", "b"}, 1, 2, SchemeStateAction); ka != kb {
+	if kb, _ := historyKey(in.ids([]string{"a", "b"}), 1, 2, SchemeStateAction); ka != kb {
 		t.Error("state_action keys include the current action")
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/a2farm/a2farm/learner/advantage"
@@ -87,14 +88,14 @@ func Label(tr schema.Trajectory, gold schema.Locations, cfg Config) (Labels, boo
 	}
 	goldBy := [3][]string{gold.Files, gold.Modules, gold.Entities}
 	found := [3]map[string]bool{{}, {}, {}}
-	var lb Labels
+	lb := Labels{Progress: make([][3]float64, 0, len(tr.Turns))}
 	prev := [3]float64{}
-	for _, turn := range tr.Turns {
-		seen := discoveredAt(turn, cfg.Discovery)
+	for i := range tr.Turns {
+		seen := discoveredAt(&tr.Turns[i], cfg.Discovery)
 		var prog [3]float64
 		for L := range 3 {
 			for _, g := range goldBy[L] {
-				if !found[L][g] && seen[L](g) {
+				if !found[L][g] && seen.has(L, g) {
 					found[L][g] = true
 					lb.Discovered[L] = append(lb.Discovered[L], g)
 				}
@@ -140,20 +141,28 @@ func recall(found map[string]bool, gold []string) float64 {
 	return float64(n) / float64(len(gold))
 }
 
-// discoveredAt returns, per level, a test of whether a gold id was
-// discovered at this turn.
-func discoveredAt(turn schema.Turn, mode string) [3]func(string) bool {
+// evidence is what one turn shows, per level: ids (surfaced by the tool,
+// or mentioned anywhere in reference mode) and, in surfaced mode, the
+// observation text, where an exact id also counts.
+type evidence struct {
+	ids  [3][]string
+	text string
+}
+
+// discoveredAt collects the evidence of a turn.
+func discoveredAt(turn *schema.Turn, mode string) evidence {
 	if mode == DiscoveryReference {
 		files, modules, entities := mentions(turn.Observation + "\n" + turn.AssistantContent + "\n" + argsText(turn.ToolArgs))
-		return [3]func(string) bool{inSet(files), inSet(modules), inSet(entities)}
+		return evidence{ids: [3][]string{files, modules, entities}}
 	}
-	surfaced := [3][]string{turn.Surfaced.Files, turn.Surfaced.Modules, turn.Surfaced.Entities}
-	var out [3]func(string) bool
-	for L := range 3 {
-		ids := inSet(surfaced[L])
-		out[L] = func(g string) bool { return ids(g) || containsID(turn.Observation, g) }
-	}
-	return out
+	return evidence{ids: [3][]string{turn.Surfaced.Files, turn.Surfaced.Modules, turn.Surfaced.Entities},
+		text: turn.Observation}
+}
+
+// has reports whether gold id g was discovered at level L. A turn shows a
+// handful of ids, so a scan beats building a set per turn.
+func (e evidence) has(L int, g string) bool {
+	return slices.Contains(e.ids[L], g) || e.text != "" && containsID(e.text, g)
 }
 
 // argsText is the tool arguments as the reference serialises them (JSON).
@@ -164,14 +173,6 @@ func argsText(args string) string {
 	}
 	out, _ := json.Marshal(v)
 	return string(out)
-}
-
-func inSet(ids []string) func(string) bool {
-	m := make(map[string]bool, len(ids))
-	for _, id := range ids {
-		m[id] = true
-	}
-	return func(g string) bool { return m[g] }
 }
 
 // containsID reports whether id occurs in text as a whole id: not glued to
