@@ -57,6 +57,11 @@ bench: ## run the benchmarks (see docs/BENCHMARKS.md); set A2FARM_BENCH_PYFILE f
 bench-farm-split: ## farm vs localize with the worker on its own core and the NATS server on another (needs taskset)
 	scripts/bench-farm-split.sh
 
+.PHONY: bench-reference
+bench-reference: ## our learner vs the reference advantage stage on the same 100,000 turns (A2FARM_REFERENCE_DIR: a checkout of donian00/A2Agent; A2FARM_REFERENCE_PYTHON: a python3 with numpy)
+	@[ -n "$$A2FARM_REFERENCE_DIR" ] || { echo "set A2FARM_REFERENCE_DIR to a checkout of donian00/A2Agent"; exit 2; }
+	$(GO) test ./learner -run TestReferenceLearner -v -count 1
+
 .PHONY: soak
 soak: ## ~10,000 jobs through one farm worker: no memory or goroutine growth per job
 	A2FARM_SOAK=1 $(GO) test ./worker -run Soak -v -count 1 -timeout 20m
