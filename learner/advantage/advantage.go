@@ -144,23 +144,28 @@ func Pool(trs []Trajectory, cfg Config) (*Result, error) {
 		actions[i] = in.ids(tr.Actions)
 	}
 	type member struct{ i, t int }
+	var key []byte
 	for k := 1; k <= maxK; k++ {
-		groups := map[string][]member{}
-		var order []string
+		// Groups in order of first appearance; the index map is looked up
+		// with the key buffer, which allocates only for a new group.
+		index := map[string]int{}
+		var groups [][]member
 		for i, tr := range trs {
 			for t := range tr.Returns {
-				key, ok := historyKey(actions[i], t, k, cfg.Scheme)
-				if !ok {
+				var ok bool
+				if key, ok = appendHistoryKey(key[:0], actions[i], t, k, cfg.Scheme); !ok {
 					continue
 				}
-				if _, seen := groups[key]; !seen {
-					order = append(order, key)
+				g, seen := index[string(key)]
+				if !seen {
+					g = len(groups)
+					index[string(key)] = g
+					groups = append(groups, nil)
 				}
-				groups[key] = append(groups[key], member{i, t})
+				groups[g] = append(groups[g], member{i, t})
 			}
 		}
-		for _, key := range order {
-			ms := groups[key]
+		for _, ms := range groups {
 			if len(ms) < 2 {
 				continue
 			}
@@ -219,30 +224,30 @@ func (in interner) ids(actions []string) []uint32 {
 	return out
 }
 
-// historyKey is the group key of step t at depth k; ok is false when the
-// step has no group at this depth (history too short).
-func historyKey(actions []uint32, t, k int, scheme string) (string, bool) {
+// appendHistoryKey appends the group key of step t at depth k to key; ok
+// is false when the step has no group at this depth (history too short).
+func appendHistoryKey(key []byte, actions []uint32, t, k int, scheme string) ([]byte, bool) {
 	var hist []uint32
 	switch scheme {
 	case SchemeStateAction:
 		if t+1 < k {
-			return "", false
+			return key, false
 		}
 		hist = actions[t-k+1 : t+1]
 	default:
 		if t > 0 && t < k {
-			return "", false
+			return key, false
 		}
 		if t >= k {
 			hist = actions[t-k : t]
 		}
 	}
 	// Positions and trajectories are not part of the key.
-	key := binary.AppendUvarint(make([]byte, 0, binary.MaxVarintLen64+4*len(hist)), uint64(k))
+	key = binary.AppendUvarint(key, uint64(k))
 	for _, a := range hist {
 		key = binary.LittleEndian.AppendUint32(key, a)
 	}
-	return string(key), true
+	return key, true
 }
 
 // normalise returns the group's advantages.

@@ -18,6 +18,12 @@ func TestReturns(t *testing.T) {
 	}
 }
 
+// historyKey is appendHistoryKey as a string, for comparing keys.
+func historyKey(actions []uint32, t, k int, scheme string) (string, bool) {
+	key, ok := appendHistoryKey(nil, actions, t, k, scheme)
+	return string(key), ok
+}
+
 // TestHistoryLevels: with the state scheme and H = 2 (depths 1..3), step 0
 // joins every depth, step 1 only depth 1, step 2 depths 1-2, step 3+ all.
 func TestHistoryLevels(t *testing.T) {
