@@ -36,7 +36,7 @@ demo: build ## the pieces one by one: sample, gold, indexes, a tool call, locali
 	$(BIN) replay --archive $(RUN_DIR)/localize/trajectories --gold $(RUN_DIR)/sample/gt_location.jsonl --out $(RUN_DIR)/shards
 
 .PHONY: test
-test: ## run the whole test suite (what CI runs)
+test: ## vet, the gofmt check and the whole test suite under the race detector (what CI runs)
 	$(GO) vet ./...
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
