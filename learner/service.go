@@ -77,6 +77,7 @@ func Serve(ctx context.Context, cfg ServiceConfig) error {
 		return fmt.Errorf("learner consumer: %w", err)
 	}
 	s := &service{cfg: cfg, groups: map[groupKey]*groupState{}, manifests: map[string]*schema.RunManifest{}}
+	s.resume(ctx)
 	// Jobs that exhaust their deliveries become infra_error trajectories
 	// here, so their groups close without waiting for the deadline.
 	defer cfg.Bus.StartDeadJobHandler(ctx, cfg.Log)()
@@ -271,6 +272,53 @@ func (s *service) archived(k groupKey) int {
 		}
 	}
 	return n
+}
+
+// resume picks up the groups archived before a restart: a group with a
+// shard is known as closed; one without (the learner stopped between
+// archiving and writing its shard) is registered with its oldest archive
+// file as its start, and closed now if all its trajectories are in —
+// otherwise by its next trajectory or its deadline, as before the restart.
+func (s *service) resume(ctx context.Context) {
+	dirs, _ := filepath.Glob(filepath.Join(s.cfg.Out, "archive", "*", "*", "*"))
+	for _, dir := range dirs {
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			s.cfg.Log.Warn().Err(err).Str("dir", dir).Msg("cannot read an archived group")
+			continue
+		}
+		var first time.Time
+		var sample string
+		for _, e := range entries {
+			info, err := e.Info()
+			if err != nil || !strings.HasSuffix(e.Name(), ".arrow") {
+				continue
+			}
+			if sample == "" || info.ModTime().Before(first) {
+				first, sample = info.ModTime(), filepath.Join(dir, e.Name())
+			}
+		}
+		if sample == "" {
+			continue
+		}
+		// The folder names are tokens; the trajectory holds the real ids.
+		f, err := os.Open(sample)
+		if err != nil {
+			continue
+		}
+		trs, err := schema.ReadTrajectories(f)
+		f.Close()
+		if err != nil || len(trs) != 1 {
+			s.cfg.Log.Warn().Err(err).Str("file", sample).Msg("unreadable archive entry; its group waits for new trajectories")
+			continue
+		}
+		k := groupKey{trs[0].RunID, trs[0].Iteration, trs[0].InstanceID}
+		_, err = os.Stat(filepath.Join(s.groupDir(k, "shards"), "manifest.json"))
+		s.groups[k] = &groupState{first: first, closed: err == nil}
+		if err := s.closeIfComplete(ctx, k); err != nil {
+			s.cfg.Log.Error().Err(err).Str("instance", k.instance).Msg("closing a resumed group failed")
+		}
+	}
 }
 
 // closeDue closes groups whose deadline passed.

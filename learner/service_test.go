@@ -2,6 +2,7 @@ package learner
 
 import (
 	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"testing"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/a2farm/a2farm/internal/atomicfile"
 	"github.com/a2farm/a2farm/internal/bus"
 	"github.com/a2farm/a2farm/internal/natstest"
 	"github.com/a2farm/a2farm/schema"
@@ -146,5 +148,115 @@ func TestServeKeepsAttemptOrderWithinABatch(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// serveUntil runs the learner on out until the returned stop is called,
+// reporting each group it closes (its trajectory count) on closed.
+func serveUntil(t *testing.T, b *bus.Bus, out string, closed chan<- int) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- Serve(ctx, ServiceConfig{Bus: b, Out: out, Learner: DefaultConfig(), Log: zerolog.Nop(),
+			OnGroupClosed: func(_ string, _ int64, _ string, trajectories, _ int) { closed <- trajectories }})
+	}()
+	return func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func waitClosed(t *testing.T, closed <-chan int, want int) {
+	t.Helper()
+	select {
+	case n := <-closed:
+		if n != want {
+			t.Errorf("the group closed with %d trajectories; want %d", n, want)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("the group did not close")
+	}
+}
+
+func archivedFiles(t *testing.T, out string) int {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(out, "archive", "r", "0", "i1", "*.arrow"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(files)
+}
+
+// TestServeResumesAfterARestart: a learner stopped with half a group
+// archived is restarted on the same folder; the group closes once, with
+// every trajectory, and a second restart closes nothing again.
+func TestServeResumesAfterARestart(t *testing.T) {
+	ctx := context.Background()
+	const samples = 4
+	b := openRun(ctx, t, samples)
+	out := t.TempDir()
+	closed := make(chan int, 4)
+	stop := serveUntil(t, b, out, closed)
+	for s := range int64(2) {
+		if err := b.PublishTrajectory(ctx, traj(s, schema.StatusOK, s == 0, "read")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for deadline := time.Now().Add(10 * time.Second); archivedFiles(t, out) < 2; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the first two trajectories were not archived")
+		}
+	}
+	stop()
+
+	stop = serveUntil(t, b, out, closed)
+	for s := int64(2); s < samples; s++ {
+		if err := b.PublishTrajectory(ctx, traj(s, schema.StatusOK, false, "read")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitClosed(t, closed, samples)
+	stop()
+	if n := archivedFiles(t, out); n != samples {
+		t.Errorf("%d archived trajectories; want %d", n, samples)
+	}
+
+	stop = serveUntil(t, b, out, closed)
+	select {
+	case n := <-closed:
+		t.Errorf("a restart closed the finished group again (%d trajectories)", n)
+	case <-time.After(500 * time.Millisecond):
+	}
+	stop()
+}
+
+// TestServeClosesGroupsArchivedBeforeAStop: the learner stopped after
+// archiving a group's last trajectory but before writing its shard; no
+// trajectory of that group will arrive again, so the restarted learner
+// must close it from the archive.
+func TestServeClosesGroupsArchivedBeforeAStop(t *testing.T) {
+	ctx := context.Background()
+	const samples = 3
+	b := openRun(ctx, t, samples)
+	out := t.TempDir()
+	s := &service{cfg: ServiceConfig{Out: out}}
+	for i := range int64(samples) {
+		tr := traj(i, schema.StatusOK, i == 1, "read")
+		rec := schema.EncodeTrajectories(nil, tr)
+		err := atomicfile.Write(s.archivePath(tr), func(w io.Writer) error { return schema.WriteIPC(w, schema.TrajectorySchema(), rec) })
+		rec.Release()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	closed := make(chan int, 2)
+	stop := serveUntil(t, b, out, closed)
+	waitClosed(t, closed, samples)
+	stop()
+	if _, err := os.Stat(filepath.Join(out, "shards", "r", "0", "i1", "manifest.json")); err != nil {
+		t.Errorf("no shard manifest after the resumed close: %v", err)
 	}
 }
