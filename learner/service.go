@@ -34,7 +34,12 @@ type ServiceConfig struct {
 	// 16). Each write waits for its sync to reach the disk; writing in
 	// parallel overlaps those waits.
 	ArchiveParallel int
-	Log             zerolog.Logger
+	// TakeoverAfter is how long a learner that stopped without letting go
+	// (a crash) keeps the trajectory log before another learner on the
+	// same consumer receives it (default 30 s). Only one learner receives
+	// trajectories at a time: the others wait as standbys.
+	TakeoverAfter time.Duration
+	Log           zerolog.Logger
 	// OnGroupClosed is told about every group written (tests, metrics).
 	OnGroupClosed func(run string, iteration int64, instance string, trajectories, rows int)
 }
@@ -70,8 +75,15 @@ func Serve(ctx context.Context, cfg ServiceConfig) error {
 	if cfg.ArchiveParallel <= 0 {
 		cfg.ArchiveParallel = 16
 	}
+	if cfg.TakeoverAfter <= 0 {
+		cfg.TakeoverAfter = 30 * time.Second
+	}
+	// A group needs all its trajectories in one learner, so the consumer
+	// pins one client: a second learner started by mistake, or as a
+	// standby, receives nothing until the active one lets go.
 	cons, err := cfg.Bus.Traj.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
 		Durable: cfg.Consumer, AckPolicy: jetstream.AckExplicitPolicy, AckWait: time.Minute,
+		PriorityPolicy: jetstream.PriorityPolicyPinned, PriorityGroups: []string{pinGroup}, PinnedTTL: cfg.TakeoverAfter,
 	})
 	if err != nil {
 		return fmt.Errorf("learner consumer: %w", err)
@@ -81,8 +93,18 @@ func Serve(ctx context.Context, cfg ServiceConfig) error {
 	// Jobs that exhaust their deliveries become infra_error trajectories
 	// here, so their groups close without waiting for the deadline.
 	defer cfg.Bus.StartDeadJobHandler(ctx, cfg.Log)()
+	active := false // this learner has received trajectories: it holds the pin
+	defer func() {
+		if active { // hand over at once instead of after TakeoverAfter
+			c, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			if err := cfg.Bus.Traj.UnpinConsumer(c, cfg.Consumer, pinGroup); err != nil {
+				cfg.Log.Warn().Err(err).Msg("could not hand the trajectory log over; another learner gets it after --takeover-after")
+			}
+		}
+	}()
 	for ctx.Err() == nil {
-		batch, err := cons.Fetch(64, jetstream.FetchMaxWait(time.Second))
+		batch, err := cons.Fetch(64, jetstream.FetchMaxWait(time.Second), jetstream.FetchPriorityGroup(pinGroup))
 		if err != nil {
 			if ctx.Err() != nil {
 				break
@@ -93,11 +115,18 @@ func Serve(ctx context.Context, cfg ServiceConfig) error {
 		for msg := range batch.Messages() {
 			msgs = append(msgs, msg)
 		}
+		if len(msgs) > 0 && !active {
+			active = true
+			cfg.Log.Info().Msg("receiving the trajectory log")
+		}
 		s.takeBatch(ctx, msgs)
 		s.closeDue(ctx, time.Now())
 	}
 	return nil
 }
+
+// pinGroup is the priority group whose pinned client is the active learner.
+const pinGroup = "learner"
 
 type service struct {
 	cfg       ServiceConfig

@@ -2,6 +2,7 @@ package learner
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -258,5 +259,52 @@ func TestServeClosesGroupsArchivedBeforeAStop(t *testing.T) {
 	stop()
 	if _, err := os.Stat(filepath.Join(out, "shards", "r", "0", "i1", "manifest.json")); err != nil {
 		t.Errorf("no shard manifest after the resumed close: %v", err)
+	}
+}
+
+// TestSecondLearnerStandsBy: a second learner on the same farm receives
+// nothing while the first runs — a group must not be split between two
+// archives — and takes the log over once the first stops.
+func TestSecondLearnerStandsBy(t *testing.T) {
+	ctx := context.Background()
+	const samples = 2
+	b := openRun(ctx, t, samples)
+	outA, outB := t.TempDir(), t.TempDir()
+	closedA, closedB := make(chan int, 4), make(chan int, 4)
+	stopA := serveUntil(t, b, outA, closedA)
+	publish := func(instance string) {
+		t.Helper()
+		for s := range int64(samples) {
+			tr := traj(s, schema.StatusOK, s == 0, "read")
+			tr.InstanceID, tr.JobID = instance, schema.JobID("r", 0, instance, s)
+			if err := b.PublishTrajectory(ctx, tr); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	publish("i1")
+	waitClosed(t, closedA, samples) // A holds the log now
+	stopB := serveUntil(t, b, outB, closedB)
+	// Spread over a few seconds, so that both learners have pull requests
+	// waiting when trajectories arrive: without the pin both would get some.
+	const during = 12
+	for i := range during {
+		publish(fmt.Sprintf("during-%d", i))
+		time.Sleep(200 * time.Millisecond)
+	}
+	for range during {
+		waitClosed(t, closedA, samples)
+	}
+	stopA()
+	publish("after")
+	waitClosed(t, closedB, samples)
+	stopB()
+	for _, c := range []struct {
+		out  string
+		want int
+	}{{outA, 1 + during}, {outB, 1}} {
+		if dirs, _ := filepath.Glob(filepath.Join(c.out, "archive", "r", "0", "*")); len(dirs) != c.want {
+			t.Errorf("%s archived %d groups; want %d", c.out, len(dirs), c.want)
+		}
 	}
 }

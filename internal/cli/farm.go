@@ -178,7 +178,7 @@ func newLearnerCmd(e *env) *cobra.Command {
 	var nf natsFlags
 	var mf metricsFlags
 	var out string
-	var deadline time.Duration
+	var deadline, takeover time.Duration
 	cfg := learner.DefaultConfig()
 	cmd := &cobra.Command{
 		Use:   "learner --nats URL --out DIR",
@@ -194,7 +194,7 @@ func newLearnerCmd(e *env) *cobra.Command {
 			}
 			defer farm.leave()
 			e.log.Info().Str("out", out).Msg("learner started")
-			return learner.Serve(cmd.Context(), learner.ServiceConfig{Bus: farm.bus, Out: out, Learner: cfg, GroupDeadline: deadline, Log: e.log,
+			return learner.Serve(cmd.Context(), learner.ServiceConfig{Bus: farm.bus, Out: out, Learner: cfg, GroupDeadline: deadline, TakeoverAfter: takeover, Log: e.log,
 				OnGroupClosed: func(run string, it int64, inst string, n, rows int) {
 					farm.metrics.GroupClosed(rows)
 					e.log.Info().Str("run", run).Str("instance", inst).Int("trajectories", n).Int("rows", rows).
@@ -207,6 +207,7 @@ func newLearnerCmd(e *env) *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&out, "out", "", "folder for the archive and shards")
 	f.DurationVar(&deadline, "group-deadline", 30*time.Minute, "close a group still missing trajectories this long after its first")
+	f.DurationVar(&takeover, "takeover-after", 30*time.Second, "a standby learner takes the trajectory log over this long after the active one died (at once when it stops cleanly)")
 	f.IntVar(&cfg.Advantage.H, "H", cfg.Advantage.H, "history length")
 	f.Float64Var(&cfg.Rewards.Gamma, "gamma", cfg.Rewards.Gamma, "discount")
 	f.Float64Var(&cfg.Advantage.Beta, "beta", cfg.Advantage.Beta, "weight temperature")
