@@ -18,7 +18,10 @@ type FarmStatus struct {
 	// workers that died or timed out on them.
 	Redelivered uint64          `json:"redelivered"`
 	Workers     []bus.Heartbeat `json:"workers"`
-	Runs        []RunStatus     `json:"runs"`
+	// Learner is the trajectory log's consumer: how far behind it is and
+	// whether a learner is receiving.
+	Learner bus.LearnerState `json:"learner"`
+	Runs    []RunStatus      `json:"runs"`
 }
 
 // RunStatus is the progress of one run iteration.
@@ -46,6 +49,9 @@ func Status(ctx context.Context, b *bus.Bus, runID string) (*FarmStatus, error) 
 	st.Pending, st.InFlight, st.Redelivered = q.Pending, q.InFlight, q.Redelivered
 	if st.Workers, err = b.LiveWorkers(ctx); err != nil {
 		return nil, fmt.Errorf("workers: %w", err)
+	}
+	if st.Learner, err = b.Learner(ctx); err != nil {
+		return nil, fmt.Errorf("learner: %w", err)
 	}
 	runs, err := b.ListRuns(ctx)
 	if err != nil {

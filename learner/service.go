@@ -28,7 +28,7 @@ type ServiceConfig struct {
 	// GroupDeadline closes a group that is still missing trajectories
 	// this long after its first one arrived (default 30 min).
 	GroupDeadline time.Duration
-	// Consumer is the durable consumer name (default "learner").
+	// Consumer is the durable consumer name (default bus.LearnerConsumer).
 	Consumer string
 	// ArchiveParallel bounds the archive files written at once (default
 	// 16). Each write waits for its sync to reach the disk; writing in
@@ -70,7 +70,7 @@ func Serve(ctx context.Context, cfg ServiceConfig) error {
 		cfg.GroupDeadline = 30 * time.Minute
 	}
 	if cfg.Consumer == "" {
-		cfg.Consumer = "learner"
+		cfg.Consumer = bus.LearnerConsumer
 	}
 	if cfg.ArchiveParallel <= 0 {
 		cfg.ArchiveParallel = 16
@@ -83,7 +83,7 @@ func Serve(ctx context.Context, cfg ServiceConfig) error {
 	// standby, receives nothing until the active one lets go.
 	cons, err := cfg.Bus.Traj.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
 		Durable: cfg.Consumer, AckPolicy: jetstream.AckExplicitPolicy, AckWait: time.Minute,
-		PriorityPolicy: jetstream.PriorityPolicyPinned, PriorityGroups: []string{pinGroup}, PinnedTTL: cfg.TakeoverAfter,
+		PriorityPolicy: jetstream.PriorityPolicyPinned, PriorityGroups: []string{bus.LearnerGroup}, PinnedTTL: cfg.TakeoverAfter,
 	})
 	if err != nil {
 		return fmt.Errorf("learner consumer: %w", err)
@@ -98,13 +98,13 @@ func Serve(ctx context.Context, cfg ServiceConfig) error {
 		if active { // hand over at once instead of after TakeoverAfter
 			c, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			defer cancel()
-			if err := cfg.Bus.Traj.UnpinConsumer(c, cfg.Consumer, pinGroup); err != nil {
+			if err := cfg.Bus.Traj.UnpinConsumer(c, cfg.Consumer, bus.LearnerGroup); err != nil {
 				cfg.Log.Warn().Err(err).Msg("could not hand the trajectory log over; another learner gets it after --takeover-after")
 			}
 		}
 	}()
 	for ctx.Err() == nil {
-		batch, err := cons.Fetch(64, jetstream.FetchMaxWait(time.Second), jetstream.FetchPriorityGroup(pinGroup))
+		batch, err := cons.Fetch(64, jetstream.FetchMaxWait(time.Second), jetstream.FetchPriorityGroup(bus.LearnerGroup))
 		if err != nil {
 			if ctx.Err() != nil {
 				break
@@ -124,9 +124,6 @@ func Serve(ctx context.Context, cfg ServiceConfig) error {
 	}
 	return nil
 }
-
-// pinGroup is the priority group whose pinned client is the active learner.
-const pinGroup = "learner"
 
 type service struct {
 	cfg       ServiceConfig

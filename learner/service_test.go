@@ -271,6 +271,17 @@ func TestSecondLearnerStandsBy(t *testing.T) {
 	b := openRun(ctx, t, samples)
 	outA, outB := t.TempDir(), t.TempDir()
 	closedA, closedB := make(chan int, 4), make(chan int, 4)
+	learnerState := func() bus.LearnerState {
+		t.Helper()
+		st, err := b.Learner(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	if st := learnerState(); st.Started || st.Active {
+		t.Errorf("before any learner: %+v", st)
+	}
 	stopA := serveUntil(t, b, outA, closedA)
 	publish := func(instance string) {
 		t.Helper()
@@ -284,6 +295,9 @@ func TestSecondLearnerStandsBy(t *testing.T) {
 	}
 	publish("i1")
 	waitClosed(t, closedA, samples) // A holds the log now
+	if st := learnerState(); !st.Started || !st.Active || st.Since.IsZero() {
+		t.Errorf("with a learner receiving: %+v", st)
+	}
 	stopB := serveUntil(t, b, outB, closedB)
 	// Spread over a few seconds, so that both learners have pull requests
 	// waiting when trajectories arrive: without the pin both would get some.
@@ -299,6 +313,9 @@ func TestSecondLearnerStandsBy(t *testing.T) {
 	publish("after")
 	waitClosed(t, closedB, samples)
 	stopB()
+	if st := learnerState(); st.Active || st.Backlog != 0 || st.Unacked != 0 {
+		t.Errorf("after both stopped cleanly: %+v", st)
+	}
 	for _, c := range []struct {
 		out  string
 		want int

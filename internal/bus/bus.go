@@ -26,6 +26,10 @@ const (
 	TrajStream      = "A2FARM_TRAJECTORIES"
 	DeadStream      = "A2FARM_DEAD"
 	WorkersConsumer = "workers"
+	// LearnerConsumer is the learner's durable consumer on the trajectory
+	// log; its priority group LearnerGroup pins the one active learner.
+	LearnerConsumer = "learner"
+	LearnerGroup    = "learner"
 	RunsBucket      = "a2farm-runs"
 	WorkersBucket   = "a2farm-workers"
 	PayloadStore    = "a2farm-payloads"
@@ -531,6 +535,38 @@ func (b *Bus) Queue(ctx context.Context) (QueueState, error) {
 func (b *Bus) QueueDepth(ctx context.Context) (pending, inFlight uint64, err error) {
 	q, err := b.Queue(ctx)
 	return q.Pending, q.InFlight, err
+}
+
+// LearnerState is the learner's side of the trajectory log.
+type LearnerState struct {
+	Started bool   `json:"started"` // a learner has created its consumer
+	Backlog uint64 `json:"backlog"` // trajectories not yet delivered to it
+	Unacked int    `json:"unacked"` // delivered, not yet archived
+	// Active is set while a learner holds the log (pinned), since Since.
+	Active bool      `json:"active"`
+	Since  time.Time `json:"since,omitzero"`
+}
+
+// Learner reads the state of the learner's consumer.
+func (b *Bus) Learner(ctx context.Context) (LearnerState, error) {
+	c, err := b.Traj.Consumer(ctx, LearnerConsumer)
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return LearnerState{}, nil
+	}
+	if err != nil {
+		return LearnerState{}, err
+	}
+	info, err := c.Info(ctx)
+	if err != nil {
+		return LearnerState{}, err
+	}
+	st := LearnerState{Started: true, Backlog: info.NumPending, Unacked: info.NumAckPending}
+	for _, g := range info.PriorityGroups {
+		if g.Group == LearnerGroup && g.PinnedClientID != "" {
+			st.Active, st.Since = true, g.PinnedTS
+		}
+	}
+	return st, nil
 }
 
 // LiveWorkers lists the heartbeats that have not expired, by worker id.

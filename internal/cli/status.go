@@ -72,6 +72,17 @@ func printStatus(w io.Writer, st *coordinator.FarmStatus) {
 	}
 	fmt.Fprintf(w, "%s  queue: %d pending, %d in flight, %d redelivered; workers: %d live, %d/%d episodes running\n",
 		st.At.Format(time.RFC3339), st.Pending, st.InFlight, st.Redelivered, len(st.Workers), active, capacity)
+	switch l := st.Learner; {
+	case !l.Started:
+		fmt.Fprintln(w, "learner: not started yet")
+	case l.Active:
+		fmt.Fprintf(w, "learner: receiving since %s; %d trajectories waiting, %d being archived\n",
+			l.Since.Local().Format(time.TimeOnly), l.Backlog, l.Unacked)
+	case l.Backlog > 0:
+		fmt.Fprintf(w, "learner: none receiving; %d trajectories waiting (is a learner running?)\n", l.Backlog)
+	default:
+		fmt.Fprintln(w, "learner: nothing waiting")
+	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	if len(st.Workers) > 0 {
 		fmt.Fprintln(tw, "WORKER\tHOST\tACTIVE\tDONE\tVERSION\tLAST SEEN")
