@@ -158,6 +158,7 @@ func TestGrafanaQueriesExistingMetrics(t *testing.T) {
 	}
 	m := telemetry.New()
 	m.WatchQueue(func(context.Context) (uint64, uint64, error) { return 0, 0, errors.New("no server here") })
+	m.WatchLearner(func(context.Context) (uint64, uint64, error) { return 0, 0, errors.New("no server here") })
 	// Labelled families appear once observed.
 	m.ObserveTrajectory(schema.Trajectory{Status: schema.StatusOK, Turns: []schema.Turn{{ToolName: "finish"}}})
 	m.IndexBuilt(time.Second, nil)

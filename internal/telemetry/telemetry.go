@@ -107,34 +107,47 @@ type QueueDepth func(ctx context.Context) (pending, inFlight uint64, err error)
 // WatchQueue exports the queue depth, read from the server at each scrape
 // so that every process reports the same number.
 func (m *Metrics) WatchQueue(depth QueueDepth) {
-	m.reg.MustRegister(&queueCollector{depth: depth,
-		pending: prometheus.NewDesc("a2farm_queue_pending",
+	m.reg.MustRegister(&pairCollector{read: depth,
+		first: prometheus.NewDesc("a2farm_queue_pending",
 			"Jobs not yet delivered to a worker (-1: the server could not be asked).", nil, nil),
-		inFlight: prometheus.NewDesc("a2farm_queue_in_flight",
+		second: prometheus.NewDesc("a2farm_queue_in_flight",
 			"Jobs delivered and not yet acknowledged (-1: the server could not be asked).", nil, nil)})
 }
 
-// queueCollector asks the server once per scrape for both gauges.
-type queueCollector struct {
-	depth             QueueDepth
-	pending, inFlight *prometheus.Desc
+// LearnerBacklog reads the learner's side of the trajectory log:
+// trajectories not yet delivered to it, and delivered but not archived.
+type LearnerBacklog func(ctx context.Context) (waiting, archiving uint64, err error)
+
+// WatchLearner exports the learner's backlog, read at each scrape.
+func (m *Metrics) WatchLearner(backlog LearnerBacklog) {
+	m.reg.MustRegister(&pairCollector{read: backlog,
+		first: prometheus.NewDesc("a2farm_learner_backlog",
+			"Trajectories not yet delivered to the learner (-1: the server could not be asked).", nil, nil),
+		second: prometheus.NewDesc("a2farm_learner_archiving",
+			"Trajectories delivered to the learner and not yet archived (-1: the server could not be asked).", nil, nil)})
 }
 
-func (c *queueCollector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- c.pending
-	ch <- c.inFlight
+// pairCollector asks the server once per scrape for two gauges.
+type pairCollector struct {
+	read          func(ctx context.Context) (uint64, uint64, error)
+	first, second *prometheus.Desc
 }
 
-func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
+func (c *pairCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.first
+	ch <- c.second
+}
+
+func (c *pairCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	p, f, err := c.depth(ctx)
-	pending, inFlight := float64(p), float64(f)
+	a, b, err := c.read(ctx)
+	first, second := float64(a), float64(b)
 	if err != nil {
-		pending, inFlight = -1, -1 // visible in dashboards as "unknown", not as an empty queue
+		first, second = -1, -1 // visible in dashboards as "unknown", not as zero
 	}
-	ch <- prometheus.MustNewConstMetric(c.pending, prometheus.GaugeValue, pending)
-	ch <- prometheus.MustNewConstMetric(c.inFlight, prometheus.GaugeValue, inFlight)
+	ch <- prometheus.MustNewConstMetric(c.first, prometheus.GaugeValue, first)
+	ch <- prometheus.MustNewConstMetric(c.second, prometheus.GaugeValue, second)
 }
 
 // Health reports whether the process can do its work.

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	"github.com/a2farm/a2farm/internal/bus"
@@ -50,8 +51,29 @@ func TestMetricsAndHealth(t *testing.T) {
 			t.Fatalf("the queue never showed the 2 jobs (pending %d, %v)", pending, err)
 		}
 	}
+	// Two trajectories wait for a learner that has created its consumer.
+	if _, err := b.Traj.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: bus.LearnerConsumer,
+		AckPolicy: jetstream.AckExplicitPolicy}); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"r/0/i/0", "r/0/i/1"} {
+		if err := b.PublishTrajectory(ctx, schema.Trajectory{JobID: id, RunID: "r", InstanceID: "i", Status: schema.StatusOK}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if st, err := b.Learner(ctx); err == nil && st.Backlog == 2 {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("the learner's backlog never showed the 2 trajectories (%+v, %v)", st, err)
+		}
+	}
 	m := New()
 	m.WatchQueue(b.QueueDepth)
+	m.WatchLearner(func(ctx context.Context) (uint64, uint64, error) {
+		st, err := b.Learner(ctx)
+		return st.Backlog, uint64(st.Unacked), err
+	})
 	m.ObserveTrajectory(schema.Trajectory{Status: schema.StatusOK, PromptTokens: 100, CompletionTokens: 7,
 		Turns: []schema.Turn{
 			{ToolName: "search_code_snippets", PolicyLatencyMS: 120, ToolLatencyMS: 3},
@@ -98,6 +120,8 @@ func TestMetricsAndHealth(t *testing.T) {
 		`a2farm_index_build_seconds_count{outcome="error"} 1`,
 		`a2farm_queue_pending 2`,
 		`a2farm_queue_in_flight 0`,
+		`a2farm_learner_backlog 2`,
+		`a2farm_learner_archiving 0`,
 		`go_goroutines`,
 	} {
 		if !strings.Contains(body, want) {
