@@ -107,11 +107,8 @@ type QueueDepth func(ctx context.Context) (pending, inFlight uint64, err error)
 // WatchQueue exports the queue depth, read from the server at each scrape
 // so that every process reports the same number.
 func (m *Metrics) WatchQueue(depth QueueDepth) {
-	m.reg.MustRegister(&pairCollector{read: depth,
-		first: prometheus.NewDesc("a2farm_queue_pending",
-			"Jobs not yet delivered to a worker (-1: the server could not be asked).", nil, nil),
-		second: prometheus.NewDesc("a2farm_queue_in_flight",
-			"Jobs delivered and not yet acknowledged (-1: the server could not be asked).", nil, nil)})
+	m.watchPair(depth, "a2farm_queue_pending", "Jobs not yet delivered to a worker",
+		"a2farm_queue_in_flight", "Jobs delivered and not yet acknowledged")
 }
 
 // LearnerBacklog reads the learner's side of the trajectory log:
@@ -120,11 +117,16 @@ type LearnerBacklog func(ctx context.Context) (waiting, archiving uint64, err er
 
 // WatchLearner exports the learner's backlog, read at each scrape.
 func (m *Metrics) WatchLearner(backlog LearnerBacklog) {
-	m.reg.MustRegister(&pairCollector{read: backlog,
-		first: prometheus.NewDesc("a2farm_learner_backlog",
-			"Trajectories not yet delivered to the learner (-1: the server could not be asked).", nil, nil),
-		second: prometheus.NewDesc("a2farm_learner_archiving",
-			"Trajectories delivered to the learner and not yet archived (-1: the server could not be asked).", nil, nil)})
+	m.watchPair(backlog, "a2farm_learner_backlog", "Trajectories not yet delivered to the learner",
+		"a2farm_learner_archiving", "Trajectories delivered to the learner and not yet archived")
+}
+
+// watchPair registers two gauges that one read of the server fills.
+func (m *Metrics) watchPair(read func(context.Context) (uint64, uint64, error), name1, help1, name2, help2 string) {
+	const unknown = " (-1: the server could not be asked)."
+	m.reg.MustRegister(&pairCollector{read: read,
+		first:  prometheus.NewDesc(name1, help1+unknown, nil, nil),
+		second: prometheus.NewDesc(name2, help2+unknown, nil, nil)})
 }
 
 // pairCollector asks the server once per scrape for two gauges.
