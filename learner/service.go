@@ -238,15 +238,18 @@ func (s *service) take(ctx context.Context, path string, r received) error {
 // closeIfComplete closes a group once all N of its trajectories are
 // archived; without a run manifest it closes at its deadline.
 func (s *service) closeIfComplete(ctx context.Context, k groupKey) error {
-	m, err := s.manifest(ctx, k.run, k.iteration)
-	if err != nil {
-		return nil
-	}
 	s.mu.Lock()
 	g := s.groups[k]
 	closed := g.closed
 	s.mu.Unlock()
-	if n := s.archived(k); n >= m.Samples && !closed {
+	if closed { // before any I/O: most groups a restart finds are closed
+		return nil
+	}
+	m, err := s.manifest(ctx, k.run, k.iteration)
+	if err != nil {
+		return nil
+	}
+	if s.archived(k) >= m.Samples {
 		return s.closeGroup(ctx, k, g)
 	}
 	return nil
@@ -328,12 +331,7 @@ func (s *service) resume(ctx context.Context) {
 			continue
 		}
 		// The folder names are tokens; the trajectory holds the real ids.
-		f, err := os.Open(sample)
-		if err != nil {
-			continue
-		}
-		trs, err := schema.ReadTrajectories(f)
-		f.Close()
+		trs, err := schema.ReadTrajectoryFile(sample)
 		if err != nil || len(trs) != 1 {
 			s.cfg.Log.Warn().Err(err).Str("file", sample).Msg("unreadable archive entry; its group waits for new trajectories")
 			continue

@@ -174,18 +174,27 @@ func ReadTrajectoryDir(dir string) ([]Trajectory, error) {
 	}
 	var all []Trajectory
 	for _, p := range paths {
-		f, err := os.Open(p)
+		trs, err := ReadTrajectoryFile(p)
 		if err != nil {
 			return nil, err
 		}
-		trs, err := ReadTrajectories(f)
 		all = append(all, trs...)
-		f.Close()
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", p, err)
-		}
 	}
 	return all, nil
+}
+
+// ReadTrajectoryFile reads the trajectories of one Arrow IPC file.
+func ReadTrajectoryFile(path string) ([]Trajectory, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	trs, err := ReadTrajectories(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return trs, nil
 }
 
 // ExportJSONL writes every row of an Arrow IPC stream (trajectories) or a
