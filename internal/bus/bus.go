@@ -556,10 +556,7 @@ func (b *Bus) Learner(ctx context.Context) (LearnerState, error) {
 	if err != nil {
 		return LearnerState{}, err
 	}
-	info, err := c.Info(ctx)
-	if err != nil {
-		return LearnerState{}, err
-	}
+	info := c.CachedInfo() // just fetched by Consumer: one round trip, not two
 	st := LearnerState{Started: true, Backlog: info.NumPending, Unacked: info.NumAckPending}
 	for _, g := range info.PriorityGroups {
 		if g.Group == LearnerGroup && g.PinnedClientID != "" {
@@ -567,6 +564,13 @@ func (b *Bus) Learner(ctx context.Context) (LearnerState, error) {
 		}
 	}
 	return st, nil
+}
+
+// LearnerBacklog is what the learner has still to archive: trajectories
+// not yet delivered to it, and delivered but not yet acknowledged.
+func (b *Bus) LearnerBacklog(ctx context.Context) (waiting, archiving uint64, err error) {
+	st, err := b.Learner(ctx)
+	return st.Backlog, uint64(st.Unacked), err
 }
 
 // LiveWorkers lists the heartbeats that have not expired, by worker id.

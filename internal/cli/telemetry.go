@@ -26,10 +26,7 @@ func (f *metricsFlags) bind(cmd *cobra.Command) {
 func (f *metricsFlags) start(ctx context.Context, e *env, nc *nats.Conn, b *bus.Bus) (*telemetry.Metrics, func(), error) {
 	m := telemetry.New()
 	m.WatchQueue(b.QueueDepth)
-	m.WatchLearner(func(ctx context.Context) (uint64, uint64, error) {
-		st, err := b.Learner(ctx)
-		return st.Backlog, uint64(st.Unacked), err
-	})
+	m.WatchLearner(b.LearnerBacklog)
 	if f.addr == "" {
 		return m, func() {}, nil
 	}

@@ -70,10 +70,7 @@ func TestMetricsAndHealth(t *testing.T) {
 	}
 	m := New()
 	m.WatchQueue(b.QueueDepth)
-	m.WatchLearner(func(ctx context.Context) (uint64, uint64, error) {
-		st, err := b.Learner(ctx)
-		return st.Backlog, uint64(st.Unacked), err
-	})
+	m.WatchLearner(b.LearnerBacklog)
 	m.ObserveTrajectory(schema.Trajectory{Status: schema.StatusOK, PromptTokens: 100, CompletionTokens: 7,
 		Turns: []schema.Turn{
 			{ToolName: "search_code_snippets", PolicyLatencyMS: 120, ToolLatencyMS: 3},
