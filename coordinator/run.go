@@ -18,11 +18,8 @@ type RunConfig struct {
 	Instances []schema.Instance
 	Gold      map[string]schema.Locations
 	Samples   int
-	Seed      int64
-	Policy    schema.Policy
-	Sampling  schema.Sampling
-	Limits    schema.Limits
-	Tools     []string
+	// Spec is what acts in every job, and the limits of its episodes.
+	Spec schema.RunSpec
 	// Progress, when set, is told about every published job.
 	Progress func(done, total int)
 }
@@ -42,7 +39,7 @@ func Publish(ctx context.Context, cfg RunConfig) (*schema.RunManifest, error) {
 		return nil, &ConfigError{errors.New("the dataset has no valid instance")}
 	}
 	m := &schema.RunManifest{RunID: cfg.RunID, Iteration: cfg.Iteration, Samples: cfg.Samples, Gold: cfg.Gold,
-		Policy: cfg.Policy, Sampling: cfg.Sampling, Limits: cfg.Limits, Created: time.Now().UTC()}
+		Spec: cfg.Spec, Created: time.Now().UTC()}
 	for _, in := range cfg.Instances {
 		m.Instances = append(m.Instances, in.InstanceID)
 	}
@@ -53,13 +50,7 @@ func Publish(ctx context.Context, cfg RunConfig) (*schema.RunManifest, error) {
 	done := 0
 	for _, in := range cfg.Instances {
 		for s := range int64(cfg.Samples) {
-			job := schema.Job{
-				JobID: schema.JobID(cfg.RunID, cfg.Iteration, in.InstanceID, s), RunID: cfg.RunID, Iteration: cfg.Iteration,
-				InstanceID: in.InstanceID, Repo: in.Repo, BaseCommit: in.BaseCommit, ProblemStatement: in.ProblemStatement,
-				Sample: s, Seed: cfg.Seed, Policy: cfg.Policy, Sampling: cfg.Sampling, Limits: cfg.Limits,
-				Tools: cfg.Tools, Attempt: 1,
-			}
-			if err := cfg.Bus.PublishJob(ctx, job); err != nil {
+			if err := cfg.Bus.PublishJob(ctx, cfg.Spec.Job(cfg.RunID, cfg.Iteration, in, s)); err != nil {
 				return nil, err
 			}
 			done++

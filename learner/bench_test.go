@@ -3,6 +3,7 @@ package learner
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/a2farm/a2farm/learner/shard"
@@ -23,7 +24,7 @@ func synthetic(instances, samples, turns int) ([]schema.Trajectory, map[string]s
 		gold[id] = schema.Locations{Files: []string{file}, Modules: []string{file + ":C"}, Entities: []string{file + ":C.f"}}
 		for s := range samples {
 			tr := schema.Trajectory{JobID: schema.JobID("r", 0, id, int64(s)), InstanceID: id, Sample: int64(s), Status: schema.StatusOK,
-				SystemPrompt: "system", TaskPrompt: "task for " + id, ToolsJSON: "[]",
+				ToolsJSON:   "[]",
 				Predictions: schema.Locations{Files: []string{file}, Entities: []string{file + ":C.f"}}}
 			for t := range turns {
 				turn := schema.Turn{Index: int64(t), ToolName: "tool", ToolArgs: "{}", ActionKey: actions[rng.IntN(len(actions))],
@@ -33,10 +34,35 @@ func synthetic(instances, samples, turns int) ([]schema.Trajectory, map[string]s
 				}
 				tr.Turns = append(tr.Turns, turn)
 			}
-			trs = append(trs, tr)
+			trs = append(trs, withTokenIDs(recorded(tr), rng))
 		}
 	}
 	return trs, gold
+}
+
+// withTokenIDs gives every turn prompt and completion ids as a server
+// would: each prompt extends the previous prompt and completion by the
+// tool result's tokens.
+func withTokenIDs(tr schema.Trajectory, rng *rand.Rand) schema.Trajectory {
+	var prev []int32
+	for i := range tr.Turns {
+		t := &tr.Turns[i]
+		fresh := 40
+		if i == 0 {
+			fresh = 300
+		}
+		prompt := slices.Clone(prev)
+		for range fresh {
+			prompt = append(prompt, rng.Int32N(150_000))
+		}
+		t.TokenIDs = make([]int32, 30)
+		for j := range t.TokenIDs {
+			t.TokenIDs[j] = rng.Int32N(150_000)
+		}
+		t.PromptTokenKeep, t.PromptTokenIDs = schema.TokenDelta(prev, prompt)
+		prev = append(prompt, t.TokenIDs...)
+	}
+	return tr
 }
 
 // BenchmarkReplay runs the learner (rewards, advantages, shard rows and
@@ -58,12 +84,8 @@ func BenchmarkReplay(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		for _, lt := range res.Trajectories {
-			if row, ok := ShardRow(lt, false); ok {
-				if err := w.Add(row); err != nil {
-					b.Fatal(err)
-				}
-			}
+		if _, _, err := Write(w, res.Trajectories, false); err != nil {
+			b.Fatal(err)
 		}
 		if _, err := w.Close(); err != nil {
 			b.Fatal(err)

@@ -1,7 +1,6 @@
 package learner
 
 import (
-	"encoding/json"
 	"fmt"
 	"math"
 
@@ -174,48 +173,12 @@ func diagnose(lts []Labeled, covered []int, steps int) Diagnostics {
 
 func clampBin(i, n int) int { return max(0, min(n-1, i)) }
 
-// ShardRow builds the training row of a labelled trajectory: the
-// conversation in chat format with per-assistant-turn weights. ok is false
-// when the trajectory is skipped or the trainer filter drops it.
-func ShardRow(lt Labeled, keepUnsuccessful bool) (schema.ShardRow, bool) {
-	if lt.Skipped != "" {
-		return schema.ShardRow{}, false
-	}
-	tr := lt.Trajectory
-	msgs := []schema.Message{{Role: "system", Content: tr.SystemPrompt}, {Role: "user", Content: tr.TaskPrompt}}
-	for _, turn := range tr.Turns {
-		m := schema.Message{Role: "assistant", Content: turn.AssistantContent}
-		if turn.ToolName != "" {
-			id := fmt.Sprintf("call_%d", turn.Index)
-			calls, _ := json.Marshal([]map[string]any{{"id": id, "type": "function",
-				"function": map[string]string{"name": turn.ToolName, "arguments": turn.ToolArgs}}})
-			m.ToolCalls = string(calls)
-			msgs = append(msgs, m)
-			if turn.ToolName != "finish" {
-				msgs = append(msgs, schema.Message{Role: "tool", Content: turn.Observation, ToolCallID: id, Name: turn.ToolName})
-			}
-			continue
-		}
-		msgs = append(msgs, m)
-	}
-	if !keepUnsuccessful && (lt.Labels.Recall[rewards.File] == 0 || len(msgs) < 3) {
-		return schema.ShardRow{}, false
-	}
-	return schema.ShardRow{
-		JobID: tr.JobID, RunID: tr.RunID, Iteration: tr.Iteration, InstanceID: tr.InstanceID, Sample: tr.Sample,
-		Messages: msgs, Tools: tr.ToolsJSON,
-		Weights: lt.Weights, Advantages: lt.Advantages, Returns: lt.Labels.Returns, Rewards: lt.Labels.Rewards,
-		F1: schema.LevelStats{File: lt.Labels.F1[0], Module: lt.Labels.F1[1], Entity: lt.Labels.F1[2]},
-		DC: schema.LevelStats{File: lt.Labels.DC[0], Module: lt.Labels.DC[1], Entity: lt.Labels.DC[2]},
-	}, true
-}
-
 // SFTRows selects teacher trajectories for the supervised warm-up, as the
-// paper: per instance, among trajectories whose answer matches the gold
+// paper, and gives them weight 1 (write them with KeepUnsuccessful): per instance, among trajectories whose answer matches the gold
 // (leniently) at every level with gold, the one with the highest file
 // discovery recall, ties to the fewest steps; every assistant turn gets
 // weight 1.
-func SFTRows(res *Result) []schema.ShardRow {
+func SFTRows(res *Result) []Labeled {
 	best := map[string]int{}
 	var order []string
 	for i, lt := range res.Trajectories {
@@ -235,7 +198,7 @@ func SFTRows(res *Result) []schema.ShardRow {
 			best[id] = i
 		}
 	}
-	var rows []schema.ShardRow
+	var out []Labeled
 	for _, id := range order {
 		lt := res.Trajectories[best[id]]
 		ones := make([]float64, len(lt.Trajectory.Turns))
@@ -243,11 +206,9 @@ func SFTRows(res *Result) []schema.ShardRow {
 			ones[i] = 1
 		}
 		lt.Weights = ones
-		if row, ok := ShardRow(lt, true); ok {
-			rows = append(rows, row)
-		}
+		out = append(out, lt)
 	}
-	return rows
+	return out
 }
 
 // matchesEveryLevel: at least one lenient match at each level (an F1

@@ -3,9 +3,11 @@ package learner
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -24,16 +26,37 @@ func traj(sample int64, status string, surfaceGold bool, action string) schema.T
 	if surfaceGold {
 		s1 = schema.Locations{Files: []string{"a/x.py"}, Modules: []string{"a/x.py:C"}, Entities: []string{"a/x.py:C.m"}}
 	}
-	return schema.Trajectory{
+	return recorded(schema.Trajectory{
 		JobID: schema.JobID("r", 0, "i1", sample), RunID: "r", InstanceID: "i1", Sample: sample, Status: status,
-		SystemPrompt: "sys", TaskPrompt: "task", ToolsJSON: "[]",
+		ToolsJSON:   "[]",
 		Predictions: schema.Locations{Files: []string{"a/x.py"}},
 		Turns: []schema.Turn{
 			{Index: 0, ToolName: "search_code_snippets", ToolArgs: `{"q":1}`, ActionKey: "search{1}", Observation: "obs", Surfaced: s1},
 			{Index: 1, ToolName: "get_entity_contents", ToolArgs: `{}`, ActionKey: action, Observation: "obs2"},
 			{Index: 2, ToolName: "finish", ToolArgs: `{"answer":"x"}`, ActionKey: "finish"},
 		},
+	})
+}
+
+// recorded gives a test trajectory the request/response record the agent
+// keeps: each turn's reply calls its tool, each observation comes back as
+// a tool message, and nothing is trimmed.
+func recorded(tr schema.Trajectory) schema.Trajectory {
+	base := []schema.Message{}
+	for i := range tr.Turns {
+		t := &tr.Turns[i]
+		req := slices.Clone(base)
+		if i == 0 {
+			req = []schema.Message{{Role: "system", Content: "sys"}, {Role: "user", Content: "task " + tr.JobID}}
+		} else if prev := tr.Turns[i-1]; prev.ToolName != "finish" {
+			req = append(req, schema.Message{Role: "tool", Content: prev.Observation, ToolCallID: prev.ToolCalls[0].ID, Name: prev.ToolName})
+		}
+		t.RequestKeep, t.RequestAdded = schema.RequestDelta(base, req)
+		t.ToolCalls = []schema.ToolCall{{ID: fmt.Sprintf("call-%d", i), Type: "function",
+			Function: schema.FunctionCall{Name: t.ToolName, Arguments: t.ToolArgs}}}
+		base = append(req, t.Response())
 	}
+	return tr
 }
 
 func TestProcessExcludesFailuresFromGroups(t *testing.T) {
@@ -80,12 +103,20 @@ func TestShardRowsRoundTrip(t *testing.T) {
 	}
 	var written []schema.ShardRow
 	for _, lt := range res.Trajectories {
-		row, ok := ShardRow(lt, false)
+		td, ok, err := TrainingData(lt, false)
+		if err != nil {
+			t.Fatal(err)
+		}
 		if !ok {
 			continue // the trainer filter drops sample 1: it never saw a gold file
 		}
-		if len(row.Weights) != 3 || len(row.Messages) != 2+3+2 {
-			t.Fatalf("row has %d weights and %d messages", len(row.Weights), len(row.Messages))
+		if len(td.Rows) != 1 {
+			t.Fatalf("an untrimmed trajectory gave %d rows", len(td.Rows))
+		}
+		row := td.Rows[0]
+		// system, task, then reply/tool for two turns and the final reply
+		if len(row.Weights) != 3 || len(row.Turns) != 3 || len(row.Messages) != 2+2+2+1 || row.FirstTurn != 0 || row.LastTurn != 2 {
+			t.Fatalf("row has %d weights and %d messages: %+v", len(row.Weights), len(row.Messages), row)
 		}
 		written = append(written, row)
 		if err := w.Add(row); err != nil {
@@ -123,7 +154,10 @@ func TestShardRowsRoundTrip(t *testing.T) {
 	if !reflect.DeepEqual(read, written) {
 		t.Errorf("shards read back differ from what was written:\n got %+v\nwant %+v", read, written)
 	}
-	if _, ok := ShardRow(res.Trajectories[1], true); !ok {
+	if m.TokenNote != shard.NoTokenIDs || m.TokenRows != 0 {
+		t.Errorf("a run without token ids must say so: %+v", m)
+	}
+	if _, ok, _ := TrainingData(res.Trajectories[1], true); !ok {
 		t.Error("the filter off must keep trajectories without gold discovery")
 	}
 }
@@ -175,7 +209,7 @@ func TestSFTRowsPickTheBestTeacher(t *testing.T) {
 		t.Fatal(err)
 	}
 	rows := SFTRows(res)
-	if len(rows) != 1 || rows[0].Sample != 1 {
+	if len(rows) != 1 || rows[0].Trajectory.Sample != 1 {
 		t.Fatalf("rows = %+v; want the shorter successful trajectory", rows)
 	}
 	for _, w := range rows[0].Weights {

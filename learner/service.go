@@ -389,14 +389,9 @@ func (s *service) closeGroup(ctx context.Context, k groupKey, g *groupState) err
 	if err != nil {
 		return err
 	}
-	rows := 0
-	for _, lt := range res.Trajectories {
-		if row, ok := ShardRow(lt, s.cfg.Learner.KeepUnsuccessful); ok {
-			rows++
-			if err := w.Add(row); err != nil {
-				return err
-			}
-		}
+	_, rows, err := Write(w, res.Trajectories, s.cfg.Learner.KeepUnsuccessful)
+	if err != nil {
+		return err
 	}
 	if _, err := w.Close(); err != nil {
 		return err

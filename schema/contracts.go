@@ -14,6 +14,7 @@ const (
 	KindJob        = "job"
 	KindTrajectory = "trajectory"
 	KindShard      = "shard"
+	KindTokens     = "tokens"
 )
 
 // mustCodec builds a codec for a contract type; the types are fixed at
@@ -45,6 +46,7 @@ var (
 	jobCodec        = mustCodec[Job](KindJob)
 	trajectoryCodec = mustCodec[trajectoryRow](KindTrajectory)
 	shardCodec      = mustCodec[ShardRow](KindShard)
+	tokenCodec      = mustCodec[TokenRow](KindTokens)
 )
 
 // Codecs of the contracts. Each is built once and is safe for concurrent use.
@@ -58,6 +60,9 @@ func JobCodec() *Codec[Job] { return jobCodec() }
 
 // ShardCodec is the codec of training-shard rows.
 func ShardCodec() *Codec[ShardRow] { return shardCodec() }
+
+// TokenCodec is the codec of token-shard rows.
+func TokenCodec() *Codec[TokenRow] { return tokenCodec() }
 
 // TrajectorySchema is the Arrow schema of trajectory record batches.
 func TrajectorySchema() *arrow.Schema { return trajectoryCodec().Schema() }

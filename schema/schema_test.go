@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -25,6 +26,7 @@ func TestSchemasGolden(t *testing.T) {
 		JobCodec().Schema(),
 		TrajectorySchema(),
 		ShardCodec().Schema(),
+		TokenCodec().Schema(),
 	} {
 		kind, _ := s.Metadata().GetValue(MetaKind)
 		b.WriteString("== " + kind + "\n" + s.String() + "\n\n")
@@ -50,9 +52,8 @@ func sampleJob() Job {
 		BaseCommit:       "22623bd8c265b78b161542663ee980738441c307",
 		ProblemStatement: "requests.get is ALWAYS sending content length",
 		Sample:           3,
-		Seed:             1234,
-		Policy:           Policy{Kind: "openai", Model: "qwen3-8b", Endpoint: "vllm-a", Version: "iter0"},
-		Sampling:         Sampling{Temperature: 1, TopP: 0.8, RepetitionPenalty: 1.05, MaxTokens: 4096},
+		Policy:           Policy{Kind: "openai", Model: "qwen3-8b-lora-iter1", Version: "iter1", TextMode: true, ReturnTokenIDs: true},
+		Sampling:         Sampling{Temperature: 1, TopP: 0.8, TopK: 20, RepetitionPenalty: 1.05, MaxTokens: 4096, Seed: SampleSeed(42, 3)},
 		Limits:           Limits{MaxToolCalls: 20, MaxContextTokens: 40000, WallTimeSeconds: 600},
 		Tools:            []string{"finish", "search_code_snippets", "get_entity_contents", "explore_tree_structure"},
 		PromptVariant:    "default",
@@ -69,19 +70,24 @@ func sampleTrajectories() []Trajectory {
 			Status: StatusOK, FinalAnswer: "```\npkg/x.py\nfunction: f\n```",
 			Predictions: Locations{Files: []string{"pkg/x.py"}, Modules: []string{"pkg/x.py:f"}, Entities: []string{"pkg/x.py:f"}},
 			StartedAt:   at(0), FinishedAt: at(7), PromptTokens: 1200, CompletionTokens: 80,
-			PolicyVersion: "v1", WorkerID: "w-1",
-			SystemPrompt: "sys", TaskPrompt: "task", ToolsJSON: `[{"type":"function"}]`,
+			Policy:   Policy{Kind: "openai", Model: "m", Endpoint: "http://gpu-1:8000/v1", Version: "v1"},
+			Sampling: Sampling{Temperature: 1, TopP: 0.8, Seed: 7}, WorkerID: "w-1",
+			ToolsJSON: `[{"type":"function"}]`,
 			Turns: []Turn{
 				{
-					Index: 0, AssistantContent: "look", ToolName: "search_code_snippets",
-					ToolArgs: `{"search_terms":["f"]}`, ActionKey: `search_code_snippets{"search_terms":["f"]}`,
+					Index: 0, RequestAdded: []Message{{Role: "system", Content: "sys"}, {Role: "user", Content: "task"}},
+					AssistantContent: "look", Reasoning: "think", FinishReason: "tool_calls",
+					ToolCalls: []ToolCall{{ID: "chatcmpl-tool-1", Type: "function", Function: FunctionCall{Name: "search_code_snippets", Arguments: `{"search_terms": ["f"]}`}}},
+					ToolName:  "search_code_snippets",
+					ToolArgs:  `{"search_terms":["f"]}`, ActionKey: `search_code_snippets{"search_terms":["f"]}`,
 					Observation: "OBSERVATION:\nFound function `pkg/x.py:f`.", ObservationChars: 41,
-					Surfaced: Locations{Files: []string{"pkg/x.py"}, Modules: []string{}, Entities: []string{"pkg/x.py:f"}},
-					TokenIDs: []int32{1, 2, 3}, Logprobs: []float32{-0.5, -0.25, 0},
+					Surfaced:       Locations{Files: []string{"pkg/x.py"}, Modules: []string{}, Entities: []string{"pkg/x.py:f"}},
+					PromptTokenIDs: []int32{9, 8, 7, 6}, TokenIDs: []int32{1, 2, 3}, Logprobs: []float32{-0.5, -0.25, 0},
 					PromptTokens: 600, CompletionTokens: 40, PolicyLatencyMS: 812.5, ToolLatencyMS: 1.25,
 				},
 				{
-					Index: 1, ToolName: "finish", ToolArgs: `{"answer":"x"}`, ActionKey: `finish{"answer":"x"}`,
+					Index: 1, RequestKeep: 3, RequestAdded: []Message{{Role: "tool", Content: "OBSERVATION:\nFound", ToolCallID: "chatcmpl-tool-1", Name: "search_code_snippets"}},
+					ToolName: "finish", ToolArgs: `{"answer":"x"}`, ActionKey: `finish{"answer":"x"}`,
 					// nil lists stay null; empty lists stay empty
 					Surfaced: Locations{Files: nil, Modules: []string{}, Entities: nil},
 				},
@@ -166,17 +172,20 @@ func TestContractsParquetRoundTrip(t *testing.T) {
 		{InstanceID: "a__b-2", Repo: "a/b", FileChanges: nil}, // null gold
 	}
 	shards := []ShardRow{{
-		JobID: "r/0/a__b-1/0", RunID: "r", InstanceID: "a__b-1",
+		Span: Span{JobID: "r/0/a__b-1/0", RunID: "r", InstanceID: "a__b-1", FirstTurn: 0, LastTurn: 1},
 		Messages: []Message{
 			{Role: "system", Content: "sys"},
-			{Role: "assistant", Content: "", ToolCalls: `[{"id":"c1"}]`},
+			{Role: "assistant", Content: "", ToolCalls: []ToolCall{{ID: "c1", Type: "function", Function: FunctionCall{Name: "finish", Arguments: `{"answer":"x"}`}}}},
 			{Role: "tool", Content: "obs", ToolCallID: "c1", Name: "finish"},
+			{Role: "assistant", Content: "done", Reasoning: "why", ToolCalls: []ToolCall{}},
 		},
-		Tools:   `[{"type":"function"}]`,
+		Tools:   []ToolSpec{{Type: "function", Function: ToolFunction{Name: "finish", Description: "d", Parameters: json.RawMessage(`{"type":"object"}`)}}},
+		Turns:   []int64{0, 1},
 		Weights: []float64{1.2, 0.1}, Advantages: []float64{0.1, -1.5}, Returns: []float64{0.5, 0.4}, Rewards: []float64{0.1, 0.4},
 		F1: LevelStats{File: 1, Module: 0.5, Entity: 0.25}, DC: LevelStats{File: 1},
-		InputIDs: nil, LossWeights: []float32{},
 	}}
+	tokens := []TokenRow{{Span: Span{JobID: "r/0/a__b-1/0", RunID: "r", InstanceID: "a__b-1", LastTurn: 1},
+		InputIDs: []int32{1, 2, 3}, LossWeights: []float32{0, 1.5, 1.5}}}
 	jobs := []Job{sampleJob(), {JobID: "x", Tools: nil}}
 
 	if got := parquetRoundTrip(t, encode(InstanceCodec(), instances), InstanceCodec().Decode); !reflect.DeepEqual(got, instances) {
@@ -187,6 +196,9 @@ func TestContractsParquetRoundTrip(t *testing.T) {
 	}
 	if got := parquetRoundTrip(t, encode(ShardCodec(), shards), ShardCodec().Decode); !reflect.DeepEqual(got, shards) {
 		t.Errorf("shards:\n got %+v\nwant %+v", got, shards)
+	}
+	if got := parquetRoundTrip(t, encode(TokenCodec(), tokens), TokenCodec().Decode); !reflect.DeepEqual(got, tokens) {
+		t.Errorf("tokens:\n got %+v\nwant %+v", got, tokens)
 	}
 	if got := parquetRoundTrip(t, encode(JobCodec(), jobs), JobCodec().Decode); !reflect.DeepEqual(got, jobs) {
 		t.Errorf("jobs:\n got %+v\nwant %+v", got, jobs)
@@ -255,5 +267,45 @@ func TestReadLocOutputsBothLayouts(t *testing.T) {
 	}
 	if _, err := ReadGold(strings.NewReader("{}\n")); err == nil {
 		t.Error("gold row without instance_id accepted")
+	}
+}
+
+func TestRequestDeltasRebuildEveryRequest(t *testing.T) {
+	sys, task := Message{Role: "system", Content: "sys"}, Message{Role: "user", Content: "task"}
+	call := ToolCall{ID: "c-1", Type: "function", Function: FunctionCall{Name: "search", Arguments: `{"q": "x"}`}}
+	reply0 := Message{Role: "assistant", Content: "a", ToolCalls: []ToolCall{call}}
+	tool0 := Message{Role: "tool", Content: "obs", ToolCallID: "c-1", Name: "search"}
+	reply1 := Message{Role: "assistant", Content: "b"}
+	keepGoing := Message{Role: "user", Content: "go on"}
+	note := Message{Role: "user", Content: "[trimmed]"}
+	requests := [][]Message{
+		{sys, task},
+		{sys, task, reply0, tool0},
+		{sys, task, reply0, tool0, reply1, keepGoing},
+		{sys, task, note, reply1, keepGoing}, // a trim: no longer an extension
+	}
+	replies := []Message{reply0, reply1, {Role: "assistant", Content: "c"}, {Role: "assistant", Content: "d"}}
+	tr := Trajectory{JobID: "j"}
+	var base []Message
+	wantKeep := []int64{0, 3, 5, 2}
+	for i, req := range requests {
+		keep, added := RequestDelta(base, req)
+		if keep != wantKeep[i] {
+			t.Errorf("turn %d keeps %d, want %d", i, keep, wantKeep[i])
+		}
+		tr.Turns = append(tr.Turns, Turn{Index: int64(i), RequestKeep: keep, RequestAdded: added,
+			AssistantContent: replies[i].Content, ToolCalls: replies[i].ToolCalls})
+		base = append(slices.Clone(req), replies[i])
+	}
+	got, err := tr.Requests()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, requests) {
+		t.Errorf("rebuilt requests:\n got %+v\nwant %+v", got, requests)
+	}
+	tr.Turns[1].RequestKeep = 9
+	if _, err := tr.Requests(); err == nil {
+		t.Error("a delta keeping more messages than exist was accepted")
 	}
 }

@@ -95,21 +95,46 @@ const (
 	StatusTimeout     = "timeout"
 )
 
-// Policy names the model that acts in an episode.
+// Policy names what acts in an episode. It travels in the job: the run
+// decides it, and a worker only knows where models are served.
 type Policy struct {
-	Kind     string `json:"kind" arrow:"kind"` // openai | heuristic | replay
-	Model    string `json:"model,omitempty" arrow:"model"`
-	Endpoint string `json:"endpoint,omitempty" arrow:"endpoint"` // a name, never a secret
-	Version  string `json:"version,omitempty" arrow:"version"`
+	Kind string `json:"kind" arrow:"kind"` // heuristic | openai | replay
+	// Model is the model or LoRA adapter name sent to the policy server.
+	Model string `json:"model,omitempty" arrow:"model"`
+	// Endpoint is where the episode was served (set by the worker, without
+	// credentials); empty in a job.
+	Endpoint string `json:"endpoint,omitempty" arrow:"endpoint"`
+	// Version tags the checkpoint, e.g. "iter1".
+	Version string `json:"version,omitempty" arrow:"version"`
+	// TextMode describes the tools in the system message and parses
+	// <function=...> calls, for servers without a tool parser.
+	TextMode bool `json:"text_mode,omitempty" arrow:"text_mode"`
+	// ReturnTokenIDs asks the server for the prompt and completion token
+	// ids of every turn (vLLM and SGLang: "return_token_ids": true).
+	ReturnTokenIDs bool `json:"return_token_ids,omitempty" arrow:"return_token_ids"`
+	// Logprobs asks for the completion tokens' log-probabilities.
+	Logprobs bool `json:"logprobs,omitempty" arrow:"logprobs"`
 }
 
-// Sampling holds the decoding parameters sent to the policy server.
+// Sampling holds the decoding parameters sent to the policy server. Zero
+// TopP, TopK, RepetitionPenalty and MaxTokens are not sent.
 type Sampling struct {
 	Temperature       float64 `json:"temperature" arrow:"temperature"`
 	TopP              float64 `json:"top_p" arrow:"top_p"`
+	TopK              int64   `json:"top_k" arrow:"top_k"`
 	RepetitionPenalty float64 `json:"repetition_penalty" arrow:"repetition_penalty"`
 	MaxTokens         int64   `json:"max_tokens" arrow:"max_tokens"`
+	// Seed is this sample's seed (SampleSeed of the run seed); turn t of
+	// the episode is sent seed Seed+t.
+	Seed int64 `json:"seed" arrow:"seed"`
 }
+
+// SampleSeed derives the seed of one sample from the run's seed, so that
+// samples differ yet a run is reproducible; consecutive turns add 0, 1, 2...
+func SampleSeed(runSeed, sample int64) int64 { return runSeed*1_000_003 + sample*1009 }
+
+// RunSeed inverts SampleSeed: the run seed a sample's seed came from.
+func RunSeed(sampleSeed, sample int64) int64 { return (sampleSeed - sample*1009) / 1_000_003 }
 
 // Limits bound one episode.
 type Limits struct {
@@ -129,13 +154,15 @@ type Job struct {
 	BaseCommit       string   `json:"base_commit" arrow:"base_commit"`
 	ProblemStatement string   `json:"problem_statement" arrow:"problem_statement"`
 	Sample           int64    `json:"sample" arrow:"sample"`
-	Seed             int64    `json:"seed" arrow:"seed"`
 	Policy           Policy   `json:"policy" arrow:"policy"`
 	Sampling         Sampling `json:"sampling" arrow:"sampling"`
 	Limits           Limits   `json:"limits" arrow:"limits"`
 	Tools            []string `json:"tools" arrow:"tools"`
 	PromptVariant    string   `json:"prompt_variant" arrow:"prompt_variant"`
 	Attempt          int64    `json:"attempt" arrow:"attempt"`
+	// Handoffs counts the workers that could not serve the job's policy
+	// and passed it on to one that can.
+	Handoffs int64 `json:"handoffs,omitempty" arrow:"handoffs"`
 }
 
 // JobID is the dedup key of a rollout everywhere: run/iteration/instance/sample.
@@ -161,26 +188,41 @@ type Trajectory struct {
 	FinishedAt       time.Time `json:"finished_at" arrow:"finished_at"`
 	PromptTokens     int64     `json:"prompt_tokens" arrow:"prompt_tokens"`
 	CompletionTokens int64     `json:"completion_tokens" arrow:"completion_tokens"`
-	PolicyVersion    string    `json:"policy_version" arrow:"policy_version"`
-	WorkerID         string    `json:"worker_id" arrow:"worker_id"`
+	// Policy and Sampling are what produced the trajectory: the job's,
+	// with the serving endpoint filled in by the worker.
+	Policy   Policy   `json:"policy" arrow:"policy"`
+	Sampling Sampling `json:"sampling" arrow:"sampling"`
+	WorkerID string   `json:"worker_id" arrow:"worker_id"`
 	// Attempt is the job attempt that produced the trajectory (1 first).
 	Attempt int64 `json:"attempt" arrow:"attempt"`
-	// SystemPrompt, TaskPrompt and ToolsJSON (the OpenAI tool specs) are
-	// what the episode started from, so that the learner can rebuild the
-	// conversation for training without the worker's code.
-	SystemPrompt string `json:"system_prompt" arrow:"system_prompt"`
-	TaskPrompt   string `json:"task_prompt" arrow:"task_prompt"`
-	ToolsJSON    string `json:"tools_json" arrow:"tools_json"`
-	Turns        []Turn `json:"turns" arrow:"-"`
+	// ToolsJSON is the tool specs (OpenAI format) the episode offered; the
+	// requests carried them unless the policy ran in text mode.
+	ToolsJSON string `json:"tools_json" arrow:"tools_json"`
+	Turns     []Turn `json:"turns" arrow:"-"`
 }
 
-// Turn is one assistant step and the tool call it made.
+// Turn is one assistant step: the request the policy server received,
+// what it answered, and the tool calls that were executed.
 type Turn struct {
-	Index            int64  `json:"index" arrow:"turn"`
-	AssistantContent string `json:"assistant_content" arrow:"assistant_content"`
-	ToolName         string `json:"tool_name" arrow:"tool_name"`
-	// ToolArgs is canonical JSON (sorted keys); ActionKey is tool name plus
-	// ToolArgs, the identity of the action for history grouping.
+	Index int64 `json:"index" arrow:"turn"`
+	// RequestKeep and RequestAdded are the messages of this turn's request
+	// as a delta: the first RequestKeep messages of the previous turn's
+	// request followed by its reply (see Response), then RequestAdded.
+	// Turn 0 keeps nothing. Trajectory.Requests rebuilds them.
+	RequestKeep  int64     `json:"request_keep" arrow:"request_keep"`
+	RequestAdded []Message `json:"request_added" arrow:"request_added"`
+	// AssistantContent, Reasoning and ToolCalls are the reply exactly as
+	// the server returned it (tool-call ids and argument strings
+	// verbatim); it is sent back as is in the following requests.
+	AssistantContent string     `json:"assistant_content" arrow:"assistant_content"`
+	Reasoning        string     `json:"reasoning_content,omitempty" arrow:"reasoning_content"`
+	ToolCalls        []ToolCall `json:"tool_calls,omitempty" arrow:"tool_calls"`
+	FinishReason     string     `json:"finish_reason,omitempty" arrow:"finish_reason"`
+	// ToolName and ToolArgs are the turn's first executed call (native or
+	// parsed from text); ToolArgs is canonical JSON (sorted keys).
+	// ActionKey is tool name plus ToolArgs, the identity of the action for
+	// history grouping.
+	ToolName         string    `json:"tool_name" arrow:"tool_name"`
 	ToolArgs         string    `json:"tool_args" arrow:"tool_args"`
 	ActionKey        string    `json:"action_key" arrow:"action_key"`
 	Observation      string    `json:"observation" arrow:"observation"`
@@ -190,20 +232,61 @@ type Turn struct {
 	CompletionTokens int64     `json:"completion_tokens" arrow:"turn_completion_tokens"`
 	PolicyLatencyMS  float64   `json:"policy_latency_ms" arrow:"policy_latency_ms"`
 	ToolLatencyMS    float64   `json:"tool_latency_ms" arrow:"tool_latency_ms"`
-	// TokenIDs and Logprobs are the completion's tokens when the policy
-	// server returns them; nil otherwise.
-	TokenIDs []int32   `json:"token_ids,omitempty" arrow:"token_ids"`
-	Logprobs []float32 `json:"logprobs,omitempty" arrow:"logprobs"`
+	// PromptTokenKeep and PromptTokenIDs are the request's token ids as
+	// the server returned them (with return_token_ids), as a delta: the
+	// first PromptTokenKeep ids of the previous turn's prompt and
+	// completion ids, then PromptTokenIDs (nil when the server returned
+	// none). Trajectory.PromptIDs rebuilds them. TokenIDs are the
+	// completion's ids and Logprobs their log-probabilities.
+	PromptTokenKeep int64     `json:"prompt_token_keep,omitempty" arrow:"prompt_token_keep"`
+	PromptTokenIDs  []int32   `json:"prompt_token_ids,omitempty" arrow:"prompt_token_ids"`
+	TokenIDs        []int32   `json:"token_ids,omitempty" arrow:"token_ids"`
+	Logprobs        []float32 `json:"logprobs,omitempty" arrow:"logprobs"`
 }
 
-// Message is one chat message of a training example.
+// Response is the turn's reply as an assistant message.
+func (t Turn) Response() Message {
+	return Message{Role: "assistant", Content: t.AssistantContent, Reasoning: t.Reasoning, ToolCalls: t.ToolCalls}
+}
+
+// Message is one chat message, in the shape chat templates take.
 type Message struct {
 	Role    string `json:"role" arrow:"role"`
 	Content string `json:"content" arrow:"content"`
-	// ToolCalls is the OpenAI tool_calls array as JSON, "" when none.
-	ToolCalls  string `json:"tool_calls,omitempty" arrow:"tool_calls"`
-	ToolCallID string `json:"tool_call_id,omitempty" arrow:"tool_call_id"`
-	Name       string `json:"name,omitempty" arrow:"name"`
+	// Reasoning is the reasoning text a server returned beside the
+	// content (vLLM's reasoning parsers), sent back as it came.
+	Reasoning  string     `json:"reasoning_content,omitempty" arrow:"reasoning_content"`
+	ToolCalls  []ToolCall `json:"tool_calls,omitempty" arrow:"tool_calls"`
+	ToolCallID string     `json:"tool_call_id,omitempty" arrow:"tool_call_id"`
+	Name       string     `json:"name,omitempty" arrow:"name"`
+}
+
+// ToolCall is a function call requested by the model.
+type ToolCall struct {
+	ID       string       `json:"id" arrow:"id"`
+	Type     string       `json:"type" arrow:"type"`
+	Function FunctionCall `json:"function" arrow:"function"`
+}
+
+// FunctionCall names the function and carries its arguments as the JSON
+// text the model wrote.
+type FunctionCall struct {
+	Name      string `json:"name" arrow:"name"`
+	Arguments string `json:"arguments" arrow:"arguments"`
+}
+
+// ToolSpec is one tool offered to the model, in the OpenAI format.
+type ToolSpec struct {
+	Type     string       `json:"type" arrow:"type"`
+	Function ToolFunction `json:"function" arrow:"function"`
+}
+
+// ToolFunction describes a tool. Parameters is its JSON schema, kept as
+// JSON text: schemas differ per tool and cannot share one column type.
+type ToolFunction struct {
+	Name        string          `json:"name" arrow:"name"`
+	Description string          `json:"description" arrow:"description"`
+	Parameters  json.RawMessage `json:"parameters" arrow:"parameters"`
 }
 
 // LevelStats holds one number per location level.
@@ -213,26 +296,58 @@ type LevelStats struct {
 	Entity float64 `json:"entity" arrow:"entity"`
 }
 
-// ShardRow is one trajectory kept for training, with per-assistant-turn
-// weights for an advantage-weighted trainer.
+// ShardRow is one training conversation: turns FirstTurn..LastTurn of a
+// trajectory kept for training. For every assistant message of Messages
+// the messages before it are exactly the request that produced it, so a
+// trajectory whose context was trimmed (later requests no longer extend
+// earlier ones) gives one row per stretch of turns that do.
 type ShardRow struct {
-	JobID      string    `json:"job_id" arrow:"job_id"`
-	RunID      string    `json:"run_id" arrow:"run_id"`
-	Iteration  int64     `json:"iteration" arrow:"iteration"`
-	InstanceID string    `json:"instance_id" arrow:"instance_id"`
-	Sample     int64     `json:"sample" arrow:"sample"`
-	Messages   []Message `json:"messages" arrow:"messages"`
-	// Tools is the tool schema list (OpenAI format) as JSON.
-	Tools      string     `json:"tools" arrow:"tools"`
+	Span `arrow:",inline"`
+	// Messages end with the reply of LastTurn.
+	Messages []Message `json:"messages" arrow:"messages"`
+	// Tools are the tool specs the requests carried (empty in text mode,
+	// where the system message describes them).
+	Tools []ToolSpec `json:"tools" arrow:"tools"`
+	// Turns, Weights, Advantages, Returns and Rewards have one entry per
+	// assistant message of Messages, in order: the turn it is, and that
+	// turn's values. An assistant message before FirstTurn (context kept
+	// from an earlier row after a trim) has weight 0 here: it is trained
+	// in the row that ends with it.
+	Turns      []int64    `json:"turns" arrow:"turns"`
 	Weights    []float64  `json:"weights" arrow:"weights"`
 	Advantages []float64  `json:"advantages" arrow:"advantages"`
 	Returns    []float64  `json:"returns" arrow:"returns"`
 	Rewards    []float64  `json:"rewards" arrow:"rewards"`
 	F1         LevelStats `json:"f1" arrow:"f1"`
 	DC         LevelStats `json:"dc" arrow:"dc"`
-	// InputIDs and LossWeights are set when shards are pre-tokenised.
-	InputIDs    []int32   `json:"input_ids,omitempty" arrow:"input_ids"`
-	LossWeights []float32 `json:"loss_weights,omitempty" arrow:"loss_weights"`
+}
+
+// TokenRow is one training sequence in token ids, as the policy server
+// tokenized it: a turn's prompt ids, its completion ids, and for each
+// following turn whose prompt extends that, the new prompt ids and its
+// completion. LossWeights has one entry per id: the turn's weight on its
+// completion ids, 0 on every other id.
+type TokenRow struct {
+	Span        `arrow:",inline"`
+	InputIDs    []int32   `json:"input_ids" arrow:"input_ids"`
+	LossWeights []float32 `json:"loss_weights" arrow:"loss_weights"`
+}
+
+// Span names the turns of one trajectory that a training row holds.
+type Span struct {
+	JobID      string `json:"job_id" arrow:"job_id"`
+	RunID      string `json:"run_id" arrow:"run_id"`
+	Iteration  int64  `json:"iteration" arrow:"iteration"`
+	InstanceID string `json:"instance_id" arrow:"instance_id"`
+	Sample     int64  `json:"sample" arrow:"sample"`
+	FirstTurn  int64  `json:"first_turn" arrow:"first_turn"`
+	LastTurn   int64  `json:"last_turn" arrow:"last_turn"`
+}
+
+// Span is the span of turns first..last of the trajectory.
+func (tr Trajectory) Span(first, last int64) Span {
+	return Span{JobID: tr.JobID, RunID: tr.RunID, Iteration: tr.Iteration, InstanceID: tr.InstanceID, Sample: tr.Sample,
+		FirstTurn: first, LastTurn: last}
 }
 
 // LocOutput is one row of loc_outputs.jsonl: the parsed answer of one
@@ -255,8 +370,28 @@ type RunManifest struct {
 	Instances []string             `json:"instances"`
 	Expected  int                  `json:"expected_jobs"`
 	Gold      map[string]Locations `json:"gold"`
-	Policy    Policy               `json:"policy"`
-	Sampling  Sampling             `json:"sampling"`
-	Limits    Limits               `json:"limits"`
+	Spec      RunSpec              `json:"spec"`
 	Created   time.Time            `json:"created"`
+}
+
+// RunSpec is what a run decides for every one of its jobs: what acts
+// (policy and sampling), the limits of an episode, the tools offered and
+// the run's seed, from which each sample's seed derives.
+type RunSpec struct {
+	Policy   Policy   `json:"policy"`
+	Sampling Sampling `json:"sampling"`
+	Limits   Limits   `json:"limits"`
+	Tools    []string `json:"tools,omitempty"` // nil: every tool
+	Seed     int64    `json:"seed"`
+}
+
+// Job plans one rollout of the run: sample `sample` of instance in.
+func (s RunSpec) Job(runID string, iteration int64, in Instance, sample int64) Job {
+	sampling := s.Sampling
+	sampling.Seed = SampleSeed(s.Seed, sample)
+	return Job{
+		JobID: JobID(runID, iteration, in.InstanceID, sample), RunID: runID, Iteration: iteration,
+		InstanceID: in.InstanceID, Repo: in.Repo, BaseCommit: in.BaseCommit, ProblemStatement: in.ProblemStatement,
+		Sample: sample, Policy: s.Policy, Sampling: sampling, Limits: s.Limits, Tools: s.Tools, Attempt: 1,
+	}
 }

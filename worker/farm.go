@@ -18,17 +18,28 @@ import (
 	"github.com/a2farm/a2farm/internal/gitrepo"
 	"github.com/a2farm/a2farm/schema"
 	"github.com/a2farm/a2farm/worker/agent"
+	"github.com/a2farm/a2farm/worker/policy"
 	"github.com/a2farm/a2farm/worker/repoindex"
 	"github.com/a2farm/a2farm/worker/tools"
 )
+
+// Policies builds the model that plays a job from the job's policy; an
+// error wrapping policy.ErrUnservable says this process cannot serve it.
+// policy.Registry implements it.
+type Policies interface {
+	Model(job schema.Job) (agent.Model, error)
+	// Offers lists what it can play, as heartbeats advertise it.
+	Offers() []string
+}
 
 // Config configures a farm worker.
 type Config struct {
 	Bus   *bus.Bus
 	Repos *gitrepo.Set
-	Model agent.Model
-	Agent agent.Config
-	Index repoindex.BuildOptions
+	// Policies plays each job with the policy the job names; a worker owns
+	// only where models are served.
+	Policies Policies
+	Index    repoindex.BuildOptions
 	// Concurrency bounds episodes in flight (default 32: the policy is
 	// remote I/O).
 	Concurrency int
@@ -54,8 +65,8 @@ type Config struct {
 }
 
 func (c *Config) validate() error {
-	if c.Bus == nil || c.Repos == nil || c.Model == nil {
-		return errors.New("worker: a bus, repositories and a model are required")
+	if c.Bus == nil || c.Repos == nil || c.Policies == nil {
+		return errors.New("worker: a bus, repositories and policies are required")
 	}
 	if c.Concurrency < 0 || c.Grace < 0 || c.KeepIndexes < -1 {
 		return errors.New("worker: concurrency and grace must not be negative, keep-indexes not below -1")
@@ -300,6 +311,10 @@ func (w *farmWorker) handle(ctx context.Context, msg jetstream.Msg) {
 // only after this returns nil, so a trajectory is durable before its job
 // leaves the queue.
 func (w *farmWorker) runJob(ctx context.Context, job schema.Job, msg jetstream.Msg) error {
+	model, err := w.cfg.Policies.Model(job)
+	if err != nil {
+		return w.cannotServe(ctx, job, msg, err)
+	}
 	idx, release, err := w.index(ctx, job.Repo, job.BaseCommit)
 	if err != nil {
 		if errors.Is(err, gitrepo.ErrNotFound) {
@@ -312,17 +327,7 @@ func (w *farmWorker) runJob(ctx context.Context, job schema.Job, msg jetstream.M
 	if err != nil {
 		return Permanent(err)
 	}
-	cfg := w.cfg.Agent
-	if job.Limits.MaxToolCalls > 0 {
-		cfg.MaxToolCalls = int(job.Limits.MaxToolCalls)
-	}
-	if job.Limits.MaxContextTokens > 0 {
-		cfg.MaxContextTokens = int(job.Limits.MaxContextTokens)
-	}
-	if job.Limits.WallTimeSeconds > 0 {
-		cfg.WallTime = time.Duration(job.Limits.WallTimeSeconds) * time.Second
-	}
-	tr, err := agent.Run(ctx, cfg, agent.Episode{Job: job, Tools: set, Graph: idx.Graph, Model: w.cfg.Model,
+	tr, err := agent.Run(ctx, agent.JobConfig(job), agent.Episode{Job: job, Tools: set, Graph: idx.Graph, Model: model,
 		OnTurn: func(schema.Turn) { _ = msg.InProgress() }})
 	if err != nil {
 		return err // cancelled: hand the job back
@@ -337,6 +342,51 @@ func (w *farmWorker) runJob(ctx context.Context, job schema.Job, msg jetstream.M
 	return nil
 }
 
+// maxHandoffs bounds how often a job is passed on between workers that
+// cannot serve it (a heartbeat outliving its worker may advertise a
+// policy nobody serves any more).
+const maxHandoffs = 16
+
+// cannotServe settles a job whose policy this worker cannot play: it never
+// plays it with another policy. While another live worker offers the
+// policy, the job is handed off to the queue for it; otherwise the job is
+// given up with the reason, which its infra_error trajectory (recorded by
+// the learner) and its dead letter (shown by status, requeued by `jobs
+// retry` once a worker serves it) carry.
+func (w *farmWorker) cannotServe(ctx context.Context, job schema.Job, msg jetstream.Msg, why error) error {
+	ctx = context.WithoutCancel(ctx)
+	if job.Handoffs < maxHandoffs && w.othersOffer(ctx, job.Policy) {
+		if err := w.cfg.Bus.HandOff(ctx, job); err != nil {
+			return RetryAfter(err, 2*time.Second)
+		}
+		return nil
+	}
+	deliveries := 1
+	if md, err := msg.Metadata(); err == nil {
+		deliveries = int(md.NumDelivered)
+	}
+	reason := fmt.Sprintf("worker %s cannot serve the job's policy: %v", w.cfg.WorkerID, why)
+	if err := w.cfg.Bus.GiveUp(ctx, job, deliveries, reason); err != nil {
+		return RetryAfter(fmt.Errorf("give up %s: %w", job.JobID, err), 5*time.Second)
+	}
+	w.cfg.Log.Error().Str("job", job.JobID).Str("reason", reason).Msg("job given up: no live worker serves its policy")
+	return nil
+}
+
+// othersOffer reports whether another live worker advertises the policy.
+func (w *farmWorker) othersOffer(ctx context.Context, p schema.Policy) bool {
+	live, err := w.cfg.Bus.LiveWorkers(ctx)
+	if err != nil {
+		return true // cannot tell: hand it back rather than give it up
+	}
+	for _, hb := range live {
+		if hb.ID != w.cfg.WorkerID && policy.Offered(hb.Policies, p) {
+			return true
+		}
+	}
+	return false
+}
+
 // heartbeat reports the worker's load until ctx ends, then removes it.
 func (w *farmWorker) heartbeat(ctx context.Context, done chan<- struct{}) {
 	defer close(done)
@@ -345,7 +395,7 @@ func (w *farmWorker) heartbeat(ctx context.Context, done chan<- struct{}) {
 	put := func(c context.Context) {
 		w.mu.Lock()
 		hb := bus.Heartbeat{ID: w.cfg.WorkerID, Host: host, Active: w.active, Capacity: w.cfg.Concurrency, Done: w.done,
-			Version: w.cfg.Version, Updated: time.Now().UTC()}
+			Version: w.cfg.Version, Policies: w.cfg.Policies.Offers(), Updated: time.Now().UTC()}
 		w.mu.Unlock()
 		data, _ := json.Marshal(hb)
 		if _, err := w.cfg.Bus.Workers.Put(c, w.cfg.WorkerID, data); err != nil {

@@ -17,12 +17,10 @@ import (
 
 	"github.com/a2farm/a2farm/internal/bus"
 	"github.com/a2farm/a2farm/internal/gitrepo"
-	"github.com/a2farm/a2farm/internal/llm"
 	"github.com/a2farm/a2farm/internal/natstest"
 	"github.com/a2farm/a2farm/internal/policytest"
 	"github.com/a2farm/a2farm/internal/sample"
 	"github.com/a2farm/a2farm/schema"
-	"github.com/a2farm/a2farm/worker/agent"
 	"github.com/a2farm/a2farm/worker/policy"
 )
 
@@ -62,7 +60,7 @@ func benchServer(tb testing.TB) (js jetstream.JetStream, remote bool) {
 // trajectory from the log (as the learner would, on the same cores); with
 // a remote server, until the worker has acknowledged every job, which it
 // does only once the trajectory is stored.
-func runFarm(tb testing.TB, l *sample.Layout, runID string, samples, concurrency int, model agent.Model) farmRun {
+func runFarm(tb testing.TB, l *sample.Layout, runID string, samples, concurrency int, pol benchPolicy) farmRun {
 	js, remote := benchServer(tb)
 	ctx := context.Background()
 	b, err := bus.Open(ctx, js, bus.DefaultConfig())
@@ -80,7 +78,7 @@ func runFarm(tb testing.TB, l *sample.Layout, runID string, samples, concurrency
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {
-		done <- Run(runCtx, Config{Bus: b, Repos: repos, Model: model, Concurrency: concurrency, WorkerID: "bench",
+		done <- Run(runCtx, Config{Bus: b, Repos: repos, Policies: pol.registry, Concurrency: concurrency, WorkerID: "bench",
 			Log: zerolog.Nop(), OnJobStarted: func(id string) {
 				mu.Lock()
 				started[id] = time.Since(published[id])
@@ -98,9 +96,7 @@ func runFarm(tb testing.TB, l *sample.Layout, runID string, samples, concurrency
 	start, cpuStart := time.Now(), processCPU(tb)
 	for _, inst := range l.Instances {
 		for s := range int64(samples) {
-			job := schema.Job{JobID: schema.JobID(runID, 0, inst.InstanceID, s), RunID: runID, InstanceID: inst.InstanceID,
-				Repo: inst.Repo, BaseCommit: inst.BaseCommit, ProblemStatement: inst.ProblemStatement, Sample: s, Seed: 1,
-				Attempt: 1}
+			job := pol.spec.Job(runID, 0, inst, s)
 			mu.Lock()
 			published[job.JobID] = time.Now()
 			order = append(order, job.JobID)
@@ -173,24 +169,23 @@ func BenchmarkFarmVsLocalize(b *testing.B) {
 	const samples, concurrency = 64, 8
 	rollouts := float64(len(l.Instances) * samples)
 	policies := []struct {
-		name  string
-		kind  string
-		model func(*testing.B) agent.Model
+		name   string
+		policy func(*testing.B) benchPolicy
 	}{
-		{"heuristic", "heuristic", func(*testing.B) agent.Model { return policy.Heuristic{} }},
-		{"zero-latency-server", "openai", func(b *testing.B) agent.Model { return scriptedModel(b, 0) }},
+		{"heuristic", heuristicPolicy},
+		{"zero-latency-server", func(b *testing.B) benchPolicy { return scriptedPolicy(b, 0) }},
 	}
 	for _, p := range policies {
 		b.Run(p.name+"/localize", func(b *testing.B) {
-			model := p.model(b)
+			pol := p.policy(b)
 			repos := gitrepo.NewSet(l.ReposDir)
 			defer repos.Close()
 			var wall, cpu time.Duration
 			for i := range b.N {
 				start, cpuStart := time.Now(), processCPU(b)
 				if _, err := Localize(context.Background(), LocalizeConfig{Instances: l.Instances, Repos: repos,
-					Model: model, Policy: schema.Policy{Kind: p.kind}, Samples: samples,
-					Concurrency: concurrency, Seed: 1, Out: filepath.Join(b.TempDir(), fmt.Sprint(i)), Log: zerolog.Nop()}); err != nil {
+					Spec: pol.spec, Policies: pol.registry, Samples: samples,
+					Concurrency: concurrency, Out: filepath.Join(b.TempDir(), fmt.Sprint(i)), Log: zerolog.Nop()}); err != nil {
 					b.Fatal(err)
 				}
 				wall += time.Since(start)
@@ -200,10 +195,10 @@ func BenchmarkFarmVsLocalize(b *testing.B) {
 			b.ReportMetric(cpu.Seconds()*1e3/(rollouts*float64(b.N)), "cpu-ms/rollout")
 		})
 		b.Run(p.name+"/farm", func(b *testing.B) {
-			model := p.model(b)
+			pol := p.policy(b)
 			var wall, cpu time.Duration
 			for i := range b.N {
-				r := runFarm(b, l, fmt.Sprintf("%s-%d-%d", p.name, b.N, i), samples, concurrency, model)
+				r := runFarm(b, l, fmt.Sprintf("%s-%d-%d", p.name, b.N, i), samples, concurrency, pol)
 				wall += r.wall
 				cpu += r.cpu
 			}
@@ -213,19 +208,30 @@ func BenchmarkFarmVsLocalize(b *testing.B) {
 	}
 }
 
-// scriptedModel is the openai policy against the in-test OpenAI-protocol
+// benchPolicy is what acts in a benchmark run and the registry that
+// serves it.
+type benchPolicy struct {
+	spec     schema.RunSpec
+	registry *policy.Registry
+}
+
+func heuristicPolicy(b *testing.B) benchPolicy {
+	reg, err := policy.NewRegistry(policy.RegistryConfig{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return benchPolicy{spec: schema.RunSpec{Policy: schema.Policy{Kind: policy.KindHeuristic}, Seed: 1}, registry: reg}
+}
+
+// scriptedPolicy is the openai policy against the in-test OpenAI-protocol
 // server answering each call after delay.
-func scriptedModel(b *testing.B, delay time.Duration) agent.Model {
+func scriptedPolicy(b *testing.B, delay time.Duration) benchPolicy {
 	srv := policytest.Scripted(b, delay)
-	client, err := llm.New(llm.Config{BaseURL: srv.URL + "/v1", Timeout: time.Minute})
+	reg, err := policy.NewRegistry(policy.RegistryConfig{Endpoints: policy.EndpointConfig{BaseURL: srv.URL + "/v1", RequestTimeout: time.Minute}})
 	if err != nil {
 		b.Fatal(err)
 	}
-	model, err := policy.NewOpenAI(policy.OpenAIConfig{Client: client, Model: "m"})
-	if err != nil {
-		b.Fatal(err)
-	}
-	return model
+	return benchPolicy{spec: schema.RunSpec{Policy: schema.Policy{Kind: policy.KindOpenAI, Model: "m"}, Seed: 1}, registry: reg}
 }
 
 // BenchmarkFarmEfficiency1sTurn: 512 episodes of three 1-second policy
@@ -238,7 +244,7 @@ func BenchmarkFarmEfficiency1sTurn(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	model := scriptedModel(b, time.Second)
+	pol := scriptedPolicy(b, time.Second)
 	const concurrency = 256
 	samples := (512 + len(l.Instances) - 1) / len(l.Instances)
 	episodes := samples * len(l.Instances)
@@ -246,7 +252,7 @@ func BenchmarkFarmEfficiency1sTurn(b *testing.B) {
 	var wall time.Duration
 	var dispatch []time.Duration
 	for i := range b.N {
-		r := runFarm(b, l, fmt.Sprintf("eff%d-%d", b.N, i), samples, concurrency, model)
+		r := runFarm(b, l, fmt.Sprintf("eff%d-%d", b.N, i), samples, concurrency, pol)
 		wall += r.wall
 		dispatch = append(dispatch, r.dispatch[:concurrency]...)
 	}

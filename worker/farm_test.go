@@ -39,7 +39,7 @@ func TestFarmWorkersRunEveryJobOnce(t *testing.T) {
 	for _, inst := range l.Instances {
 		for s := range int64(samples) {
 			job := schema.Job{JobID: schema.JobID("run1", 0, inst.InstanceID, s), RunID: "run1", InstanceID: inst.InstanceID,
-				Repo: inst.Repo, BaseCommit: inst.BaseCommit, ProblemStatement: inst.ProblemStatement, Sample: s, Seed: 3,
+				Repo: inst.Repo, BaseCommit: inst.BaseCommit, ProblemStatement: inst.ProblemStatement, Sample: s, Sampling: schema.Sampling{Seed: schema.SampleSeed(3, s)},
 				Policy: schema.Policy{Kind: "heuristic"}}
 			want[job.JobID] = true
 			for range 2 { // a restarted coordinator republishing is harmless
@@ -50,7 +50,8 @@ func TestFarmWorkersRunEveryJobOnce(t *testing.T) {
 		}
 	}
 	// A job for a repository nobody has is terminated, not retried.
-	if err := b.PublishJob(ctx, schema.Job{JobID: "run1/0/ghost/0", RunID: "run1", InstanceID: "ghost", Repo: "no/such", BaseCommit: "abc1234"}); err != nil {
+	if err := b.PublishJob(ctx, schema.Job{JobID: "run1/0/ghost/0", RunID: "run1", InstanceID: "ghost", Repo: "no/such", BaseCommit: "abc1234",
+		Policy: schema.Policy{Kind: policy.KindHeuristic}}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -64,7 +65,7 @@ func TestFarmWorkersRunEveryJobOnce(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			err := Run(runCtx, Config{Bus: b, Repos: repos, Model: policy.Heuristic{}, Concurrency: 4,
+			err := Run(runCtx, Config{Bus: b, Repos: repos, Policies: builtinPolicies(t), Concurrency: 4,
 				WorkerID: string(rune('a' + i)), Log: zerolog.Nop(),
 				OnJobSettled: func(id, outcome string) { mu.Lock(); outcomes[id] = outcome; mu.Unlock() }})
 			if err != nil {
@@ -149,7 +150,7 @@ func TestIdleIndexesAreKeptUpToTheLimit(t *testing.T) {
 		{"keep none", -1, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg := Config{Bus: &bus.Bus{}, Repos: repos, Model: policy.Heuristic{}, KeepIndexes: tc.keep}
+			cfg := Config{Bus: &bus.Bus{}, Repos: repos, Policies: builtinPolicies(t), KeepIndexes: tc.keep}
 			if err := cfg.validate(); err != nil {
 				t.Fatal(err)
 			}
@@ -195,4 +196,15 @@ func TestIdleIndexesAreKeptUpToTheLimit(t *testing.T) {
 			}
 		})
 	}
+}
+
+// builtinPolicies is what a worker started without endpoint flags plays:
+// heuristic, and openai for no model.
+func builtinPolicies(tb testing.TB) *policy.Registry {
+	tb.Helper()
+	reg, err := policy.NewRegistry(policy.RegistryConfig{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return reg
 }

@@ -27,18 +27,17 @@ import (
 type LocalizeConfig struct {
 	Instances []schema.Instance
 	Repos     *gitrepo.Set
-	// Model plays every episode; it must be safe for concurrent use.
-	Model   agent.Model
-	Policy  schema.Policy
-	Agent   agent.Config
+	// Spec is what acts in every episode and the episodes' limits;
+	// Policies builds the model of each job from it.
+	Spec     schema.RunSpec
+	Policies interface {
+		Model(job schema.Job) (agent.Model, error)
+	}
 	Index   repoindex.BuildOptions
 	Samples int
 	// Concurrency bounds episodes in flight (default 4).
 	Concurrency int
-	Seed        int64
 	RunID       string
-	Sampling    schema.Sampling
-	Tools       []string // nil: all
 	// Out receives trajectories/<instance>.arrow and loc_outputs.jsonl.
 	Out      string
 	Progress func(done, total int)
@@ -47,8 +46,8 @@ type LocalizeConfig struct {
 
 func (c *LocalizeConfig) validate() error {
 	switch {
-	case c.Repos == nil || c.Model == nil:
-		return errors.New("localize: repositories and a model are required")
+	case c.Repos == nil || c.Policies == nil:
+		return errors.New("localize: repositories and policies are required")
 	case c.Samples < 1:
 		return fmt.Errorf("samples must be >= 1, got %d", c.Samples)
 	case c.Out == "":
@@ -71,6 +70,11 @@ func Localize(ctx context.Context, cfg LocalizeConfig) ([]schema.Trajectory, err
 	}
 	if cfg.RunID == "" {
 		cfg.RunID = "localize"
+	}
+	if len(cfg.Instances) > 0 { // refuse a policy that cannot be served before any work
+		if _, err := cfg.Policies.Model(cfg.Spec.Job(cfg.RunID, 0, cfg.Instances[0], 0)); err != nil {
+			return nil, err
+		}
 	}
 	trajDir := filepath.Join(cfg.Out, "trajectories")
 	if err := os.MkdirAll(trajDir, 0o755); err != nil {
@@ -116,14 +120,7 @@ func (cfg *LocalizeConfig) runInstance(ctx context.Context, inst schema.Instance
 	trs := make([]schema.Trajectory, cfg.Samples)
 	jobs := make([]schema.Job, cfg.Samples)
 	for s := range jobs {
-		jobs[s] = schema.Job{
-			JobID: schema.JobID(cfg.RunID, 0, inst.InstanceID, int64(s)), RunID: cfg.RunID,
-			InstanceID: inst.InstanceID, Repo: inst.Repo, BaseCommit: inst.BaseCommit,
-			ProblemStatement: inst.ProblemStatement, Sample: int64(s), Seed: cfg.Seed,
-			Policy: cfg.Policy, Sampling: cfg.Sampling, Tools: cfg.Tools, Attempt: 1,
-			Limits: schema.Limits{MaxToolCalls: int64(cfg.Agent.MaxToolCalls), MaxContextTokens: int64(cfg.Agent.MaxContextTokens),
-				WallTimeSeconds: int64(cfg.Agent.WallTime.Seconds())},
-		}
+		jobs[s] = cfg.Spec.Job(cfg.RunID, 0, inst, int64(s))
 	}
 	idx, err := repoindex.Build(ctx, cfg.Repos, inst.Repo, inst.BaseCommit, cfg.Index)
 	if err != nil {
@@ -133,7 +130,8 @@ func (cfg *LocalizeConfig) runInstance(ctx context.Context, inst schema.Instance
 		cfg.Log.Error().Err(err).Str("instance", inst.InstanceID).Msg("index build failed; recording infra_error trajectories")
 		for s, job := range jobs {
 			trs[s] = schema.Trajectory{JobID: job.JobID, RunID: job.RunID, InstanceID: job.InstanceID, Repo: job.Repo,
-				Sample: job.Sample, Status: schema.StatusInfraError, Error: err.Error()}
+				Sample: job.Sample, Status: schema.StatusInfraError, Error: err.Error(), Policy: job.Policy,
+				Sampling: job.Sampling, Attempt: 1}
 			tick()
 		}
 		return trs, nil
@@ -143,11 +141,15 @@ func (cfg *LocalizeConfig) runInstance(ctx context.Context, inst schema.Instance
 	g.SetLimit(parallel)
 	for s, job := range jobs {
 		g.Go(func() error {
-			set, err := tools.New(idx, tools.Options{Enabled: cfg.Tools, ProblemStatement: inst.ProblemStatement})
+			model, err := cfg.Policies.Model(job)
 			if err != nil {
 				return err
 			}
-			tr, err := agent.Run(gctx, cfg.Agent, agent.Episode{Job: job, Tools: set, Graph: idx.Graph, Model: cfg.Model})
+			set, err := tools.New(idx, tools.Options{Enabled: job.Tools, ProblemStatement: inst.ProblemStatement})
+			if err != nil {
+				return err
+			}
+			tr, err := agent.Run(gctx, agent.JobConfig(job), agent.Episode{Job: job, Tools: set, Graph: idx.Graph, Model: model})
 			if err != nil {
 				return err
 			}

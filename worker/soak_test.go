@@ -61,7 +61,7 @@ func TestSoakWorkerMemory(t *testing.T) {
 			acked := make(chan struct{}, perRound)
 			done := make(chan error, 1)
 			go func() {
-				done <- Run(ctx, Config{Bus: b, Repos: repos, Model: policy.Heuristic{}, Concurrency: 8,
+				done <- Run(ctx, Config{Bus: b, Repos: repos, Policies: builtinPolicies(t), Concurrency: 8,
 					KeepIndexes: tc.keep, WorkerID: "soak", Log: zerolog.Nop(), OnJobSettled: func(_, outcome string) {
 						if outcome == "ack" {
 							acked <- struct{}{}
@@ -77,7 +77,8 @@ func TestSoakWorkerMemory(t *testing.T) {
 					s := int64(round*perRound + i)
 					job := schema.Job{JobID: schema.JobID("soak", 0, inst.InstanceID, s), RunID: "soak",
 						InstanceID: inst.InstanceID, Repo: inst.Repo, BaseCommit: inst.BaseCommit,
-						ProblemStatement: inst.ProblemStatement, Sample: s, Seed: 1, Attempt: 1}
+						ProblemStatement: inst.ProblemStatement, Sample: s, Sampling: schema.Sampling{Seed: schema.SampleSeed(1, s)}, Attempt: 1,
+						Policy: schema.Policy{Kind: policy.KindHeuristic}}
 					if err := b.PublishJob(ctx, job); err != nil {
 						t.Fatal(err)
 					}

@@ -224,12 +224,15 @@ func (b *Bus) GetRun(ctx context.Context, runID string, iteration int64) (*schem
 
 // Heartbeat is what a worker reports in the workers bucket.
 type Heartbeat struct {
-	ID       string    `json:"id"`
-	Host     string    `json:"host"`
-	Active   int       `json:"active"`
-	Capacity int       `json:"capacity"`
-	Done     int64     `json:"done"`
-	Version  string    `json:"version"`
+	ID       string `json:"id"`
+	Host     string `json:"host"`
+	Active   int    `json:"active"`
+	Capacity int    `json:"capacity"`
+	Done     int64  `json:"done"`
+	Version  string `json:"version"`
+	// Policies are what the worker can play: policy kinds, and
+	// "openai:MODEL" or "openai:*" for the models its endpoints serve.
+	Policies []string  `json:"policies,omitempty"`
 	Updated  time.Time `json:"updated"`
 }
 
@@ -277,11 +280,32 @@ func (b *Bus) PublishJobAttempt(ctx context.Context, job schema.Job) error {
 	return nil
 }
 
+// HandOff queues a job again for a worker that can serve its policy, as
+// a fresh message (its own id, a delivery count from zero), so that
+// passing it on spends none of its deliveries. The caller acknowledges
+// the original only after this returns.
+func (b *Bus) HandOff(ctx context.Context, job schema.Job) error {
+	job.Handoffs++
+	data, err := json.Marshal(job)
+	if err != nil {
+		return err
+	}
+	_, err = b.js.Publish(ctx, jobsPrefix+subjectToken(job.RunID), data,
+		jetstream.WithMsgID(fmt.Sprintf("%s#%d/handoff-%d", job.JobID, max(job.Attempt, 1), job.Handoffs)))
+	if err != nil {
+		return fmt.Errorf("hand off job %s: %w", job.JobID, err)
+	}
+	return nil
+}
+
 // DeadLetter records a job that exhausted its deliveries.
 type DeadLetter struct {
 	Job        schema.Job `json:"job"`
 	Deliveries int        `json:"deliveries"`
-	At         time.Time  `json:"at"`
+	// Reason says why the job cannot succeed, when the worker that gave
+	// it up knew (no endpoint serves its model, say).
+	Reason string    `json:"reason,omitempty"`
+	At     time.Time `json:"at"`
 	// seq is the record's place in the dead-letter stream, for removal.
 	seq uint64
 }
@@ -323,16 +347,7 @@ func (b *Bus) HandleDeadJobs(ctx context.Context, onDead func(DeadLetter)) error
 			continue
 		}
 		dl := DeadLetter{Job: job, Deliveries: adv.Deliveries, At: time.Now().UTC()}
-		tr := schema.Trajectory{JobID: job.JobID, RunID: job.RunID, Iteration: job.Iteration, InstanceID: job.InstanceID,
-			Repo: job.Repo, Sample: job.Sample, Status: schema.StatusInfraError,
-			Error: fmt.Sprintf("job failed %d deliveries", adv.Deliveries), FinishedAt: dl.At}
-		if err := b.PublishTrajectory(ctx, tr); err != nil {
-			_ = msg.Nak()
-			continue
-		}
-		data, _ := json.Marshal(dl)
-		if _, err := b.js.Publish(ctx, deadPrefix+subjectToken(job.RunID), data,
-			jetstream.WithMsgID(fmt.Sprintf("dead/%s#%d", job.JobID, job.Attempt))); err != nil {
+		if err := b.deadLetter(ctx, dl); err != nil {
 			_ = msg.Nak()
 			continue
 		}
@@ -344,6 +359,37 @@ func (b *Bus) HandleDeadJobs(ctx context.Context, onDead func(DeadLetter)) error
 	}
 	return nil
 }
+
+// GiveUp dead-letters a job a worker knows cannot succeed, with the
+// reason: an infra_error trajectory carrying the reason is published (so
+// its group can close and the learner records why) and a dead letter is
+// stored for `jobs retry`. The caller then acknowledges the job.
+func (b *Bus) GiveUp(ctx context.Context, job schema.Job, deliveries int, reason string) error {
+	return b.deadLetter(ctx, DeadLetter{Job: job, Deliveries: deliveries, Reason: reason, At: time.Now().UTC()})
+}
+
+func (b *Bus) deadLetter(ctx context.Context, dl DeadLetter) error {
+	job := dl.Job
+	why := fmt.Sprintf("job failed %d deliveries", dl.Deliveries)
+	if dl.Reason != "" {
+		why = dl.Reason
+	}
+	tr := schema.Trajectory{JobID: job.JobID, RunID: job.RunID, Iteration: job.Iteration, InstanceID: job.InstanceID,
+		Repo: job.Repo, Sample: job.Sample, Status: schema.StatusInfraError, Error: why, Policy: job.Policy,
+		Sampling: job.Sampling, Attempt: max(job.Attempt, 1), FinishedAt: dl.At}
+	if err := b.PublishTrajectory(ctx, tr); err != nil {
+		return err
+	}
+	data, _ := json.Marshal(dl)
+	if _, err := b.js.Publish(ctx, deadPrefix+subjectToken(job.RunID), data,
+		jetstream.WithMsgID(fmt.Sprintf("dead/%s#%d", job.JobID, job.Attempt))); err != nil {
+		return fmt.Errorf("store dead letter of %s: %w", job.JobID, err)
+	}
+	return nil
+}
+
+// MaxDeliver is how many times a job is delivered before it is dead.
+func (b *Bus) MaxDeliver() int { return b.cfg.MaxDeliver }
 
 // StartDeadJobHandler runs HandleDeadJobs in the background, logging
 // each dead letter, until the returned stop is called (it waits for the

@@ -356,7 +356,7 @@ func testUpMatchesReplay(t *testing.T, policy []string) {
 
 func readShardRows(t *testing.T, dirGlob string) map[string]schema.ShardRow {
 	t.Helper()
-	paths, _ := filepath.Glob(filepath.Join(dirGlob, "*.parquet"))
+	paths, _ := filepath.Glob(filepath.Join(dirGlob, "shard-*.parquet"))
 	rows := map[string]schema.ShardRow{}
 	for _, p := range paths {
 		f, err := os.Open(p)
@@ -366,7 +366,7 @@ func readShardRows(t *testing.T, dirGlob string) map[string]schema.ShardRow {
 		err = schema.ReadParquet(f, func(rec arrow.RecordBatch) error {
 			rs, err := schema.ShardCodec().Decode(rec)
 			for _, r := range rs {
-				rows[r.JobID] = r
+				rows[fmt.Sprintf("%s@%d", r.JobID, r.FirstTurn)] = r
 			}
 			return err
 		})

@@ -14,18 +14,16 @@ import (
 	"github.com/a2farm/a2farm/learner"
 	"github.com/a2farm/a2farm/schema"
 	"github.com/a2farm/a2farm/worker"
-	"github.com/a2farm/a2farm/worker/agent"
 )
 
 func newCoordinatorCmd(e *env) *cobra.Command {
 	var nf natsFlags
 	var mf metricsFlags
-	var pf policyFlags
-	var datasetPath, reposDir, runID, policyName string
+	var rf runFlags
+	var datasetPath, reposDir, runID string
 	var samples int
-	var iteration, seed int64
+	var iteration int64
 	var detach, strict bool
-	var maxToolCalls, maxContext int
 	cmd := &cobra.Command{
 		Use:   "coordinator --nats URL --dataset FILE --repos DIR --samples N --run ID",
 		Short: "Validate a dataset, extract gold, publish issue × N jobs and wait until each has a trajectory",
@@ -34,6 +32,10 @@ func newCoordinatorCmd(e *env) *cobra.Command {
 			ctx := cmd.Context()
 			if datasetPath == "" || reposDir == "" || runID == "" {
 				return usagef("--dataset, --repos and --run are required")
+			}
+			spec, err := rf.spec()
+			if err != nil {
+				return err
 			}
 			farm, err := joinFarm(ctx, e, &nf, &mf, "coordinator")
 			if err != nil {
@@ -63,11 +65,7 @@ func newCoordinatorCmd(e *env) *cobra.Command {
 			}
 			report2, finish := e.progress("published")
 			m, err := coordinator.Publish(ctx, coordinator.RunConfig{Bus: b, RunID: runID, Iteration: iteration,
-				Instances: ds.Instances, Gold: goldByID, Samples: samples, Seed: seed,
-				Policy:   schema.Policy{Kind: policyName, Model: pf.modelName},
-				Sampling: schema.Sampling{Temperature: pf.temperature, TopP: pf.topP, RepetitionPenalty: pf.repPenalty, MaxTokens: int64(pf.maxTokens)},
-				Limits:   schema.Limits{MaxToolCalls: int64(maxToolCalls), MaxContextTokens: int64(maxContext)},
-				Progress: report2})
+				Instances: ds.Instances, Gold: goldByID, Samples: samples, Spec: spec, Progress: report2})
 			finish()
 			if err != nil {
 				return err
@@ -101,32 +99,28 @@ func newCoordinatorCmd(e *env) *cobra.Command {
 	}
 	nf.bind(cmd)
 	mf.bind(cmd)
-	pf.bind(cmd)
+	rf.bind(cmd, "openai")
 	f := cmd.Flags()
 	f.StringVar(&datasetPath, "dataset", "", "dataset JSONL or Parquet")
 	f.StringVar(&reposDir, "repos", envOr("A2FARM_REPOS", ""), "repositories named owner__name")
 	f.StringVar(&runID, "run", "", "run id")
 	f.Int64Var(&iteration, "iteration", 0, "rollout-training iteration")
 	f.IntVar(&samples, "samples", 8, "rollouts per instance")
-	f.Int64Var(&seed, "seed", 42, "random seed")
-	f.StringVar(&policyName, "policy", "openai", "policy the workers run: openai, heuristic or replay")
 	f.BoolVar(&detach, "detach", false, "return after publishing instead of waiting for the trajectories")
 	f.BoolVar(&strict, "strict", false, "fail on the first bad dataset row")
-	f.IntVar(&maxToolCalls, "max-tool-calls", 20, "tool calls per episode")
-	f.IntVar(&maxContext, "max-context-tokens", 40000, "model context per episode")
 	return cmd
 }
 
 func newWorkerCmd(e *env) *cobra.Command {
 	var nf natsFlags
 	var mf metricsFlags
-	var pf policyFlags
+	var ef endpointFlags
 	var cf cacheFlags
-	var reposDir, policyName, id string
+	var reposDir, id string
 	var concurrency, keepIndexes int
 	var grace time.Duration
 	cmd := &cobra.Command{
-		Use:   "worker --nats URL --repos DIR [--concurrency C] [--cache DIR] [policy flags]",
+		Use:   "worker --nats URL --repos DIR [--base-url URL | --endpoint MODEL=URL ...] [--concurrency C] [--cache DIR]",
 		Short: "Pull jobs, run episodes and publish trajectories (scale by starting more)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -139,7 +133,7 @@ func newWorkerCmd(e *env) *cobra.Command {
 			if keepIndexes == 0 {
 				keepIndexes = -1 // worker.Config's "none"; its zero means the default
 			}
-			model, err := pf.model(policyName)
+			policies, err := ef.registry()
 			if err != nil {
 				return err
 			}
@@ -154,19 +148,18 @@ func newWorkerCmd(e *env) *cobra.Command {
 			defer farm.leave()
 			repos := gitrepo.NewSet(reposDir)
 			defer repos.Close()
-			e.log.Info().Int("concurrency", concurrency).Msg("worker started")
-			return worker.Run(cmd.Context(), worker.Config{Bus: farm.bus, Repos: repos, Model: model, Index: opts,
+			e.log.Info().Int("concurrency", concurrency).Strs("policies", policies.Offers()).Msg("worker started")
+			return worker.Run(cmd.Context(), worker.Config{Bus: farm.bus, Repos: repos, Policies: policies, Index: opts,
 				Concurrency: concurrency, Grace: grace, KeepIndexes: keepIndexes, WorkerID: id, Version: version(), Log: e.log,
-				Agent: agent.Config{TextMode: pf.textMode}, OnTrajectory: farm.metrics.ObserveTrajectory, OnIndexBuilt: farm.metrics.IndexBuilt})
+				OnTrajectory: farm.metrics.ObserveTrajectory, OnIndexBuilt: farm.metrics.IndexBuilt})
 		},
 	}
 	nf.bind(cmd)
 	mf.bind(cmd)
-	pf.bind(cmd)
+	ef.bind(cmd)
 	cf.bind(cmd)
 	f := cmd.Flags()
 	f.StringVar(&reposDir, "repos", envOr("A2FARM_REPOS", ""), "repositories named owner__name (env A2FARM_REPOS)")
-	f.StringVar(&policyName, "policy", envOr("A2FARM_POLICY", "openai"), "policy: openai, heuristic or replay (env A2FARM_POLICY)")
 	f.IntVar(&concurrency, "concurrency", 32, "episodes in flight")
 	f.DurationVar(&grace, "grace", 30*time.Second, "on SIGTERM, how long running episodes may finish before their jobs are handed back")
 	f.IntVar(&keepIndexes, "keep-indexes", 4, "snapshot indexes kept open after their last episode, for the next job on the same snapshot (0: none)")

@@ -90,15 +90,14 @@ func TestMultiProcessFarmSurvivesAKilledWorker(t *testing.T) {
 	time.Sleep(500 * time.Millisecond)
 	common := []string{"--nats", url, "--nats-user", "farm", "--ack-wait", "3s"}
 
-	bad := exec.Command(bin, append([]string{"coordinator", "--dataset", "x", "--repos", dir, "--run", "r"}, common...)...)
+	bad := exec.Command(bin, append([]string{"coordinator", "--dataset", "x", "--repos", dir, "--run", "r", "--model", "m"}, common...)...)
 	bad.Env = append(os.Environ(), "A2FARM_NATS_PASSWORD=wrong")
 	if out, err := bad.CombinedOutput(); err == nil || !strings.Contains(strings.ToLower(string(out)), "authorization") {
 		t.Errorf("a wrong password was not refused: %v\n%s", err, out)
 	}
 
 	policy := policytest.Scripted(t, 150*time.Millisecond)
-	workerArgs := append([]string{"worker", "--repos", filepath.Join(dir, "sample", "repos"), "--policy", "openai",
-		"--base-url", policy.URL + "/v1", "--model", "m", "--concurrency", "4", "--grace", "1s"}, common...)
+	workerArgs := append([]string{"worker", "--repos", filepath.Join(dir, "sample", "repos"), "--base-url", policy.URL + "/v1", "--concurrency", "4", "--grace", "1s"}, common...)
 	w1 := start(t, bin, auth, append(workerArgs, "--id", "w1")...)
 	workerMetrics := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	start(t, bin, auth, append(workerArgs, "--id", "w2", "--metrics-addr", workerMetrics)...)
@@ -107,7 +106,7 @@ func TestMultiProcessFarmSurvivesAKilledWorker(t *testing.T) {
 	start(t, bin, auth, append([]string{"learner", "--out", learnerOut, "--metrics-addr", learnerMetrics}, common...)...)
 
 	coord := exec.Command(bin, append([]string{"coordinator", "--dataset", filepath.Join(dir, "sample", "dataset.jsonl"),
-		"--repos", filepath.Join(dir, "sample", "repos"), "--run", "mp", "--samples", "4", "--policy", "openai",
+		"--repos", filepath.Join(dir, "sample", "repos"), "--run", "mp", "--samples", "4", "--policy", "openai", "--model", "m",
 		// serving metrics must not keep it from exiting when the run is done
 		"--metrics-addr", fmt.Sprintf("127.0.0.1:%d", freePort(t))}, common...)...)
 	coord.Env = append(os.Environ(), auth...)

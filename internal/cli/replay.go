@@ -103,27 +103,25 @@ group coverage and advantage statistics for several history lengths.`,
 			if err != nil {
 				return err
 			}
-			var rows []schema.ShardRow
+			lts, keep := res.Trajectories, cfg.KeepUnsuccessful
 			if sft {
-				rows = learner.SFTRows(res)
-			} else {
-				for _, lt := range res.Trajectories {
-					if row, ok := learner.ShardRow(lt, cfg.KeepUnsuccessful); ok {
-						rows = append(rows, row)
-					}
-				}
+				lts, keep = learner.SFTRows(res), true
 			}
-			for _, row := range rows {
-				if err := w.Add(row); err != nil {
-					return err
-				}
+			kept, _, err := learner.Write(w, lts, keep)
+			if err != nil {
+				return err
 			}
-			kept := len(rows)
 			m, err := w.Close()
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(e.stdout, "%d of %d trajectories written to %d shard files in %s\n", kept, len(trs), len(m.Files), out)
+			fmt.Fprintf(e.stdout, "%d of %d trajectories written to %d shard files (%d rows) in %s\n", kept, len(trs), len(m.Files), m.Rows, out)
+			if m.TokenNote != "" {
+				fmt.Fprintf(e.stdout, "token shards: none — %s\n", m.TokenNote)
+			} else {
+				fmt.Fprintf(e.stdout, "token shards: %d files, %d sequences, %d tokens (%d weighted), merge rate %.3f\n",
+					len(m.TokenFiles), m.Tokens.Sequences, m.Tokens.Tokens, m.Tokens.WeightedTokens, m.Tokens.MergeRate)
+			}
 			return nil
 		},
 	}

@@ -27,12 +27,12 @@ import (
 
 func newUpCmd(e *env) *cobra.Command {
 	var (
-		out, datasetPath, reposDir, runID, policyName string
-		samples, workers, concurrency                 int
-		seed                                          int64
-		pf                                            policyFlags
-		cf                                            cacheFlags
-		mf                                            metricsFlags
+		out, datasetPath, reposDir, runID string
+		samples, workers, concurrency     int
+		rf                                runFlags
+		ef                                endpointFlags
+		cf                                cacheFlags
+		mf                                metricsFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "up [--dataset FILE --repos DIR] [--samples N] [--workers W] --out DIR",
@@ -51,8 +51,15 @@ the trajectory archive in DIR/learner/archive.`,
 			if samples < 1 || workers < 1 || concurrency < 1 {
 				return usagef("--samples, --workers and --concurrency must be >= 1")
 			}
-			model, err := pf.model(policyName)
+			spec, err := rf.spec()
 			if err != nil {
+				return err
+			}
+			policies, err := ef.registry()
+			if err != nil {
+				return err
+			}
+			if err := servable(policies, spec); err != nil {
 				return err
 			}
 			opts, err := cf.options()
@@ -125,8 +132,7 @@ the trajectory archive in DIR/learner/archive.`,
 				}
 			}
 			m, err := coordinator.Publish(ctx, coordinator.RunConfig{Bus: b, RunID: runID, Instances: ds.Instances,
-				Gold: goldByID, Samples: samples, Seed: seed, Policy: schema.Policy{Kind: policyName, Model: pf.modelName},
-				Sampling: schema.Sampling{Temperature: pf.temperature, TopP: pf.topP, RepetitionPenalty: pf.repPenalty}})
+				Gold: goldByID, Samples: samples, Spec: spec})
 			if err != nil {
 				return err
 			}
@@ -142,7 +148,7 @@ the trajectory archive in DIR/learner/archive.`,
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					if err := worker.Run(farmCtx, worker.Config{Bus: b, Repos: repos, Model: model, Index: opts,
+					if err := worker.Run(farmCtx, worker.Config{Bus: b, Repos: repos, Policies: policies, Index: opts,
 						Concurrency: concurrency, WorkerID: fmt.Sprintf("up-%d", i), Version: version(), Log: e.log,
 						OnTrajectory: instruments.ObserveTrajectory, OnIndexBuilt: instruments.IndexBuilt}); err != nil {
 						errs <- err
@@ -217,12 +223,11 @@ the trajectory archive in DIR/learner/archive.`,
 	f.StringVar(&datasetPath, "dataset", "", "dataset (default: the built-in sample)")
 	f.StringVar(&reposDir, "repos", envOr("A2FARM_REPOS", ""), "repositories for --dataset")
 	f.StringVar(&runID, "run", "", "run id (default up-<time>)")
-	f.StringVar(&policyName, "policy", "heuristic", "policy: heuristic, openai or replay")
 	f.IntVar(&samples, "samples", 4, "rollouts per instance")
 	f.IntVar(&workers, "workers", 2, "workers in this process")
 	f.IntVar(&concurrency, "concurrency", 8, "episodes in flight per worker")
-	f.Int64Var(&seed, "seed", 42, "random seed of the policy")
-	pf.bind(cmd)
+	rf.bind(cmd, "heuristic")
+	ef.bind(cmd)
 	mf.bind(cmd)
 	cf.bind(cmd)
 	return cmd

@@ -17,6 +17,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/a2farm/a2farm/schema"
 )
 
 // Config configures a Client.
@@ -76,27 +78,14 @@ func New(cfg Config) (*Client, error) {
 	return &Client{cfg: c, url: strings.TrimRight(c.BaseURL, "/") + "/chat/completions"}, nil
 }
 
-// Message is one chat message.
-type Message struct {
-	Role       string     `json:"role"`
-	Content    string     `json:"content"`
-	ToolCalls  []ToolCall `json:"tool_calls,omitempty"`
-	ToolCallID string     `json:"tool_call_id,omitempty"`
-	Name       string     `json:"name,omitempty"`
-}
-
-// ToolCall is a function call requested by the model.
-type ToolCall struct {
-	ID       string       `json:"id"`
-	Type     string       `json:"type"`
-	Function FunctionCall `json:"function"`
-}
-
-// FunctionCall names the function and carries its arguments as JSON text.
-type FunctionCall struct {
-	Name      string `json:"name"`
-	Arguments string `json:"arguments"`
-}
+// Message, ToolCall and FunctionCall are the wire shapes of the chat
+// protocol; they are the schema's types, so that what a trajectory records
+// is what was sent, field for field.
+type (
+	Message      = schema.Message
+	ToolCall     = schema.ToolCall
+	FunctionCall = schema.FunctionCall
+)
 
 // Request is a chat-completions request. Extra holds server-specific
 // fields sent at the top level (vLLM: top_k, repetition_penalty, seed...).
@@ -191,7 +180,7 @@ type Choice struct {
 	// Logprobs is kept raw: servers differ in what they return.
 	Logprobs json.RawMessage `json:"logprobs,omitempty"`
 	// TokenIDs are the completion's token ids, when the server returns
-	// them (vLLM with return_token_ids).
+	// them (vLLM and SGLang with return_token_ids).
 	TokenIDs []int32 `json:"token_ids,omitempty"`
 }
 
@@ -223,6 +212,9 @@ type Response struct {
 	Model   string   `json:"model"`
 	Choices []Choice `json:"choices"`
 	Usage   Usage    `json:"usage"`
+	// PromptTokenIDs are the request's token ids as the server's chat
+	// template rendered them, when it returns them (return_token_ids).
+	PromptTokenIDs []int32 `json:"prompt_token_ids,omitempty"`
 }
 
 // StatusError is a non-2xx answer from the server.

@@ -9,8 +9,12 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/a2farm/a2farm/schema"
 )
 
 // Scripted answers every chat completion after delay with the same short
@@ -44,4 +48,141 @@ func Scripted(tb testing.TB, delay time.Duration) *httptest.Server {
 	}))
 	tb.Cleanup(srv.Close)
 	return srv
+}
+
+// Request is what a Recorder's script sees of one chat completion.
+type Request struct {
+	Model    string           `json:"model"`
+	Messages []schema.Message `json:"messages"`
+	Tools    json.RawMessage  `json:"tools"`
+	Seed     *int64           `json:"seed"`
+	Stop     []string         `json:"stop"`
+}
+
+// Reply is a script's answer. Status other than 0 or 200 answers with
+// that HTTP status and Content as the body.
+type Reply struct {
+	Status            int
+	Content           string
+	Reasoning         string
+	ToolCalls         []schema.ToolCall
+	FinishReason      string
+	PromptTokens      int64
+	PromptTokenIDs    []int32
+	CompletionTokenID []int32
+}
+
+// Recorder is an OpenAI-protocol chat-completions server that keeps every
+// request body exactly as received and answers with a script. It closes
+// with the test.
+type Recorder struct {
+	// URL is the API root, ending in /v1.
+	URL    string
+	mu     sync.Mutex
+	bodies [][]byte
+}
+
+// NewRecorder starts a recording server; script is called for every
+// request (concurrently: it must be safe for that).
+func NewRecorder(tb testing.TB, script func(Request) Reply) *Recorder {
+	rec := &Recorder{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		data, _ := io.ReadAll(r.Body)
+		var req Request
+		if err := json.Unmarshal(data, &req); err != nil {
+			http.Error(w, "bad request body: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		rec.mu.Lock()
+		rec.bodies = append(rec.bodies, data)
+		rec.mu.Unlock()
+		reply := script(req)
+		if reply.Status != 0 && reply.Status != http.StatusOK {
+			http.Error(w, reply.Content, reply.Status)
+			return
+		}
+		msg := map[string]any{"role": "assistant", "content": reply.Content}
+		if reply.Reasoning != "" {
+			msg["reasoning_content"] = reply.Reasoning
+		}
+		if len(reply.ToolCalls) > 0 {
+			msg["tool_calls"] = reply.ToolCalls
+		}
+		choice := map[string]any{"index": 0, "message": msg, "finish_reason": reply.FinishReason}
+		if reply.CompletionTokenID != nil {
+			choice["token_ids"] = reply.CompletionTokenID
+		}
+		body := map[string]any{"id": "chatcmpl-test", "model": req.Model, "choices": []any{choice},
+			"usage": map[string]any{"prompt_tokens": reply.PromptTokens, "completion_tokens": len(reply.CompletionTokenID)}}
+		if reply.PromptTokenIDs != nil {
+			body["prompt_token_ids"] = reply.PromptTokenIDs
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(body)
+	}))
+	tb.Cleanup(srv.Close)
+	rec.URL = srv.URL + "/v1"
+	return rec
+}
+
+// Bodies returns the request bodies received so far, in arrival order.
+func (r *Recorder) Bodies() [][]byte {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.bodies)
+}
+
+// Reset forgets the bodies received so far.
+func (r *Recorder) Reset() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.bodies = nil
+}
+
+// Template is a toy chat template over byte tokens, to test token
+// capture: a message renders as [1, role, bytes of its reasoning, content
+// and tool calls..., 2] and a prompt ends with [1, assistant], so a reply's
+// completion ids are the bytes of its reasoning, content and tool calls,
+// then 2. A conversation that sends replies back verbatim therefore
+// renders each prompt as the previous prompt and completion followed by
+// the new messages. With StripReasoning the history renders assistant
+// messages without their reasoning (as Qwen3's template does), which
+// breaks that prefix after a reply with reasoning.
+type Template struct{ StripReasoning bool }
+
+var roleIDs = map[string]int32{"system": 3, "user": 4, "assistant": 5, "tool": 6}
+
+// Prompt renders the messages of a request.
+func (t Template) Prompt(msgs []schema.Message) []int32 {
+	var ids []int32
+	for _, m := range msgs {
+		ids = append(ids, 1, roleIDs[m.Role])
+		if !t.StripReasoning || m.Role != "assistant" {
+			ids = appendBytes(ids, m.Reasoning)
+		}
+		ids = appendBytes(appendBytes(ids, m.Content), toolCallText(m.ToolCalls))
+		ids = append(ids, 2)
+	}
+	return append(ids, 1, roleIDs["assistant"])
+}
+
+// Completion renders a reply as the tokens it was generated as.
+func (t Template) Completion(r Reply) []int32 {
+	ids := appendBytes(appendBytes(appendBytes(nil, r.Reasoning), r.Content), toolCallText(r.ToolCalls))
+	return append(ids, 2)
+}
+
+func toolCallText(calls []schema.ToolCall) string {
+	if len(calls) == 0 {
+		return ""
+	}
+	data, _ := json.Marshal(calls)
+	return string(data)
+}
+
+func appendBytes(ids []int32, s string) []int32 {
+	for i := 0; i < len(s); i++ {
+		ids = append(ids, int32(s[i])+10)
+	}
+	return ids
 }

@@ -1,7 +1,9 @@
 // Package shard writes training shards: Parquet files (zstd) of
-// schema.ShardRow, rotated by rows and bytes, each written to a temporary
-// file and renamed into place, and a manifest.json listing every file with
-// its rows, bytes and sha256 plus the hyperparameters that produced them.
+// schema.ShardRow (shard-NNNNN.parquet) and of schema.TokenRow
+// (tokens-NNNNN.parquet), rotated by rows and bytes, each written to a
+// temporary file and renamed into place, and a manifest.json listing every
+// file with its rows, bytes and sha256, what the token sequences hold, and
+// the hyperparameters that produced them.
 package shard
 
 import (
@@ -41,19 +43,64 @@ type File struct {
 
 // Manifest describes a shard set.
 type Manifest struct {
-	FormatVersion string         `json:"format_version"`
-	Created       time.Time      `json:"created"`
-	Rows          int            `json:"rows"`
-	Files         []File         `json:"files"`
-	Params        map[string]any `json:"params"`
+	FormatVersion string    `json:"format_version"`
+	Created       time.Time `json:"created"`
+	// Rows and Files are the message shards.
+	Rows  int    `json:"rows"`
+	Files []File `json:"files"`
+	// TokenRows and TokenFiles are the token shards; Tokens describes
+	// them, and TokenNote says why there are none.
+	TokenRows  int            `json:"token_rows"`
+	TokenFiles []File         `json:"token_files"`
+	Tokens     TokenStats     `json:"tokens"`
+	TokenNote  string         `json:"token_note,omitempty"`
+	Params     map[string]any `json:"params"`
 }
+
+// TokenStats describe token sequences; they add up over trajectories.
+type TokenStats struct {
+	Sequences int `json:"sequences"`
+	Tokens    int `json:"tokens"`
+	// WeightedTokens are the completion ids, which carry their turn's weight.
+	WeightedTokens int `json:"weighted_tokens"`
+	// TurnsWithIDs had prompt and completion ids; TurnsWithoutIDs did not
+	// and are in no sequence.
+	TurnsWithIDs    int `json:"turns_with_ids"`
+	TurnsWithoutIDs int `json:"turns_without_ids"`
+	// Merged counts turns appended to the previous turn's sequence, out of
+	// Mergeable turns that followed a turn with ids; MergeRate is their
+	// ratio.
+	Merged    int     `json:"merged"`
+	Mergeable int     `json:"mergeable"`
+	MergeRate float64 `json:"merge_rate"`
+}
+
+// Add accumulates o into s.
+func (s *TokenStats) Add(o TokenStats) {
+	s.Sequences += o.Sequences
+	s.Tokens += o.Tokens
+	s.WeightedTokens += o.WeightedTokens
+	s.TurnsWithIDs += o.TurnsWithIDs
+	s.TurnsWithoutIDs += o.TurnsWithoutIDs
+	s.Merged += o.Merged
+	s.Mergeable += o.Mergeable
+	s.MergeRate = 0
+	if s.Mergeable > 0 {
+		s.MergeRate = float64(s.Merged) / float64(s.Mergeable)
+	}
+}
+
+// NoTokenIDs is the manifest's note when no turn carried token ids.
+const NoTokenIDs = "no turn of these trajectories carried token ids (the run did not ask the server for them: --return-token-ids); only message shards were written"
 
 // Writer buffers rows and writes them out in shards.
 type Writer struct {
-	cfg      Config
-	buf      []schema.ShardRow
-	bufBytes int64
-	manifest Manifest
+	cfg         Config
+	buf         []schema.ShardRow
+	bufBytes    int64
+	tokens      []schema.TokenRow
+	tokensBytes int64
+	manifest    Manifest
 }
 
 // NewWriter creates the shard folder.
@@ -86,10 +133,31 @@ func (w *Writer) Add(row schema.ShardRow) error {
 	return nil
 }
 
+// AddTokens buffers token rows and accumulates their statistics.
+func (w *Writer) AddTokens(rows []schema.TokenRow, stats TokenStats) error {
+	w.manifest.Tokens.Add(stats)
+	for _, r := range rows {
+		w.tokens = append(w.tokens, r)
+		w.tokensBytes += 8 * int64(len(r.InputIDs))
+		if len(w.tokens) >= w.cfg.MaxRows || w.tokensBytes >= w.cfg.MaxBytes {
+			if err := w.flushTokens(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
 func rowBytes(r schema.ShardRow) int64 {
-	n := int64(len(r.Tools)) + 8*int64(len(r.Weights)+len(r.Advantages)+len(r.Returns)+len(r.Rewards))
+	n := 8 * int64(len(r.Turns)+len(r.Weights)+len(r.Advantages)+len(r.Returns)+len(r.Rewards))
+	for _, t := range r.Tools {
+		n += int64(len(t.Function.Name) + len(t.Function.Description) + len(t.Function.Parameters))
+	}
 	for _, m := range r.Messages {
-		n += int64(len(m.Content) + len(m.ToolCalls) + len(m.Role) + len(m.Name) + len(m.ToolCallID))
+		n += int64(len(m.Content) + len(m.Reasoning) + len(m.Role) + len(m.Name) + len(m.ToolCallID))
+		for _, c := range m.ToolCalls {
+			n += int64(len(c.ID) + len(c.Type) + len(c.Function.Name) + len(c.Function.Arguments))
+		}
 	}
 	return n
 }
@@ -98,21 +166,43 @@ func (w *Writer) flush() error {
 	if len(w.buf) == 0 {
 		return nil
 	}
-	name := fmt.Sprintf("shard-%05d.parquet", len(w.manifest.Files))
-	path := filepath.Join(w.cfg.Dir, name)
-	rec := schema.ShardCodec().Encode(nil, w.buf)
-	defer rec.Release()
-	if err := atomicfile.Write(path, func(out io.Writer) error { return schema.WriteParquet(nopCloser{out}, rec) }); err != nil {
-		return err
-	}
-	sum, size, err := fileDigest(path)
+	f, err := writeFile(w.cfg.Dir, fmt.Sprintf("shard-%05d.parquet", len(w.manifest.Files)), schema.ShardCodec(), w.buf)
 	if err != nil {
 		return err
 	}
-	w.manifest.Files = append(w.manifest.Files, File{Name: name, Rows: len(w.buf), Bytes: size, SHA256: sum})
-	w.manifest.Rows += len(w.buf)
+	w.manifest.Files = append(w.manifest.Files, f)
+	w.manifest.Rows += f.Rows
 	w.buf, w.bufBytes = w.buf[:0], 0
 	return nil
+}
+
+func (w *Writer) flushTokens() error {
+	if len(w.tokens) == 0 {
+		return nil
+	}
+	f, err := writeFile(w.cfg.Dir, fmt.Sprintf("tokens-%05d.parquet", len(w.manifest.TokenFiles)), schema.TokenCodec(), w.tokens)
+	if err != nil {
+		return err
+	}
+	w.manifest.TokenFiles = append(w.manifest.TokenFiles, f)
+	w.manifest.TokenRows += f.Rows
+	w.tokens, w.tokensBytes = w.tokens[:0], 0
+	return nil
+}
+
+// writeFile writes rows as one Parquet file, durably, and describes it.
+func writeFile[T any](dir, name string, codec *schema.Codec[T], rows []T) (File, error) {
+	path := filepath.Join(dir, name)
+	rec := codec.Encode(nil, rows)
+	defer rec.Release()
+	if err := atomicfile.Write(path, func(out io.Writer) error { return schema.WriteParquet(nopCloser{out}, rec) }); err != nil {
+		return File{}, err
+	}
+	sum, size, err := fileDigest(path)
+	if err != nil {
+		return File{}, err
+	}
+	return File{Name: name, Rows: len(rows), Bytes: size, SHA256: sum}, nil
 }
 
 // nopCloser keeps the Parquet writer from closing the temporary file,
@@ -137,6 +227,12 @@ func fileDigest(path string) (string, int64, error) {
 func (w *Writer) Close() (*Manifest, error) {
 	if err := w.flush(); err != nil {
 		return nil, err
+	}
+	if err := w.flushTokens(); err != nil {
+		return nil, err
+	}
+	if w.manifest.Tokens.TurnsWithIDs == 0 && w.manifest.Rows > 0 {
+		w.manifest.TokenNote = NoTokenIDs
 	}
 	w.manifest.Created = time.Now().UTC()
 	data, err := json.MarshalIndent(w.manifest, "", "  ")

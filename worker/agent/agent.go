@@ -30,19 +30,24 @@ type ModelRequest struct {
 	Tools      []map[string]any
 	InstanceID string
 	Sample     int64
-	Seed       int64
-	Turn       int
+	// Seed is the sample's seed (the job's Sampling.Seed).
+	Seed int64
+	Turn int
 	// TextMode says the tools are described in the system message and
 	// calls are expected in the <function=...> syntax.
 	TextMode bool
 }
 
-// ModelReply is one assistant message and its accounting.
+// ModelReply is one assistant message, exactly as the policy returned it,
+// and its accounting.
 type ModelReply struct {
 	Message                        llm.Message
+	FinishReason                   string
 	PromptTokens, CompletionTokens int64
-	TokenIDs                       []int32
-	Logprobs                       []float32
+	// PromptTokenIDs and TokenIDs are the server's tokens of the request
+	// and of the completion, when it returns them.
+	PromptTokenIDs, TokenIDs []int32
+	Logprobs                 []float32
 }
 
 // Config bounds an episode.
@@ -58,6 +63,17 @@ type Config struct {
 	TextMode bool
 	// WallTime bounds the episode (0: none).
 	WallTime time.Duration
+}
+
+// JobConfig is the episode configuration a job asks for: its limits and
+// whether its policy runs in text mode.
+func JobConfig(job schema.Job) Config {
+	return Config{
+		MaxToolCalls:     int(job.Limits.MaxToolCalls),
+		MaxContextTokens: int(job.Limits.MaxContextTokens),
+		TextMode:         job.Policy.TextMode,
+		WallTime:         time.Duration(job.Limits.WallTimeSeconds) * time.Second,
+	}
 }
 
 func (c Config) withDefaults() Config {
@@ -89,7 +105,10 @@ func Run(ctx context.Context, cfg Config, ep Episode) (schema.Trajectory, error)
 	tr := schema.Trajectory{
 		JobID: job.JobID, RunID: job.RunID, Iteration: job.Iteration, InstanceID: job.InstanceID,
 		Repo: job.Repo, Sample: job.Sample, Status: schema.StatusOK, StartedAt: time.Now().UTC(),
-		PolicyVersion: job.Policy.Version, Attempt: max(job.Attempt, 1),
+		Policy: job.Policy, Sampling: job.Sampling, Attempt: max(job.Attempt, 1),
+	}
+	if served, ok := ep.Model.(interface{ Endpoint() string }); ok {
+		tr.Policy.Endpoint = served.Endpoint()
 	}
 	if cfg.WallTime > 0 {
 		var cancel context.CancelFunc
@@ -105,7 +124,6 @@ func Run(ctx context.Context, cfg Config, ep Episode) (schema.Trajectory, error)
 		{Role: "system", Content: systemPrompt},
 		{Role: "user", Content: userPrompt(pkg, job.ProblemStatement, job.Sample)},
 	}
-	tr.SystemPrompt, tr.TaskPrompt = msgs[0].Content, msgs[1].Content
 	if data, err := json.Marshal(specs); err == nil {
 		tr.ToolsJSON = string(data)
 	}
@@ -113,6 +131,10 @@ func Run(ctx context.Context, cfg Config, ep Episode) (schema.Trajectory, error)
 	var answer string
 	finished, nudged := false, false
 	lastPrompt := int64(0)
+	// base is the previous request followed by its reply: each turn's
+	// request is recorded as a delta against it.
+	var base []llm.Message
+	var baseIDs []int32 // the previous prompt and completion ids, likewise
 	for turn := 0; !finished; turn++ {
 		if toolCalls >= cfg.MaxToolCalls {
 			if nudged {
@@ -123,8 +145,8 @@ func Run(ctx context.Context, cfg Config, ep Episode) (schema.Trajectory, error)
 			nudged = true
 		}
 		start := time.Now()
-		reply, err := next(ctx, ep.Model, cfg, msgs, lastPrompt, ModelRequest{InstanceID: job.InstanceID,
-			Sample: job.Sample, Seed: job.Seed, Turn: turn, TextMode: cfg.TextMode}, specs)
+		sent, reply, err := next(ctx, ep.Model, cfg, msgs, lastPrompt, ModelRequest{InstanceID: job.InstanceID,
+			Sample: job.Sample, Seed: job.Sampling.Seed, Turn: turn, TextMode: cfg.TextMode}, specs)
 		latency := time.Since(start)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -143,10 +165,21 @@ func Run(ctx context.Context, cfg Config, ep Episode) (schema.Trajectory, error)
 		msg := reply.Message
 		msg.Role = "assistant"
 		turnRec := schema.Turn{
-			Index: int64(turn), AssistantContent: msg.Content, PromptTokens: reply.PromptTokens,
+			Index: int64(turn), AssistantContent: msg.Content, Reasoning: msg.Reasoning, ToolCalls: msg.ToolCalls,
+			FinishReason: reply.FinishReason, PromptTokens: reply.PromptTokens,
 			CompletionTokens: reply.CompletionTokens, PolicyLatencyMS: ms(latency),
 			TokenIDs: reply.TokenIDs, Logprobs: reply.Logprobs,
 		}
+		turnRec.PromptTokenKeep, turnRec.PromptTokenIDs = schema.TokenDelta(baseIDs, reply.PromptTokenIDs)
+		baseIDs = nil
+		if reply.PromptTokenIDs != nil {
+			baseIDs = append(reply.PromptTokenIDs[:len(reply.PromptTokenIDs):len(reply.PromptTokenIDs)], reply.TokenIDs...)
+		}
+		turnRec.RequestKeep, turnRec.RequestAdded = schema.RequestDelta(base, sent)
+		// The reply goes back into the history exactly as it came, so that
+		// the server's chat template renders it as the tokens it generated.
+		msg = turnRec.Response()
+		base = append(sent, msg)
 		calls := msg.ToolCalls
 		if cfg.TextMode || len(calls) == 0 {
 			if tc, ok := parseTextCall(msg.Content, schemaType(ep.Tools)); ok {
@@ -212,8 +245,9 @@ func Run(ctx context.Context, cfg Config, ep Episode) (schema.Trajectory, error)
 const maxOverflowRetries = 5
 
 // next asks the model for the next message, trimming harder each time the
-// server reports that the request exceeds its context.
-func next(ctx context.Context, m Model, cfg Config, msgs []llm.Message, lastPrompt int64, req ModelRequest, specs []map[string]any) (*ModelReply, error) {
+// server reports that the request exceeds its context. It returns the
+// messages of the request that was answered.
+func next(ctx context.Context, m Model, cfg Config, msgs []llm.Message, lastPrompt int64, req ModelRequest, specs []map[string]any) ([]llm.Message, *ModelReply, error) {
 	for level := 0; ; level++ {
 		req.Messages = trimLevel(msgs, lastPrompt, cfg.MaxContextTokens, level)
 		if cfg.TextMode {
@@ -226,7 +260,7 @@ func next(ctx context.Context, m Model, cfg Config, msgs []llm.Message, lastProm
 		if err != nil && errors.As(err, &overflow) && overflow.ContextOverflow() && level < maxOverflowRetries {
 			continue
 		}
-		return reply, err
+		return req.Messages, reply, err
 	}
 }
 

@@ -45,7 +45,7 @@ func BenchmarkTurnOverhead(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		job := schema.Job{JobID: p.inst.InstanceID, InstanceID: p.inst.InstanceID, ProblemStatement: p.inst.ProblemStatement, Sample: sampleIdx, Seed: 1}
+		job := schema.Job{JobID: p.inst.InstanceID, InstanceID: p.inst.InstanceID, ProblemStatement: p.inst.ProblemStatement, Sample: sampleIdx, Sampling: schema.Sampling{Seed: schema.SampleSeed(1, sampleIdx)}}
 		tr, err := agent.Run(context.Background(), agent.Config{}, agent.Episode{Job: job, Tools: set, Graph: p.idx.Graph, Model: model, OnTurn: onTurn})
 		if err != nil {
 			b.Fatal(err)

@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/a2farm/a2farm/internal/llm"
+	"github.com/a2farm/a2farm/schema"
 	"github.com/a2farm/a2farm/worker/agent"
 )
 
@@ -43,9 +44,13 @@ func (Heuristic) Next(_ context.Context, req agent.ModelRequest) (*agent.ModelRe
 	}
 	issue := agent.ProblemStatement(req.Messages[1].Content)
 	st := readState(req.Messages)
-	rng := rand.New(rand.NewPCG(uint64(req.Seed), uint64(req.Sample)<<32|uint64(req.Turn)))
+	// Draw from the run's seed and the sample index rather than the
+	// sample's own seed: the streams of one issue's samples then overlap
+	// often enough to share first actions, as history grouping needs.
+	seed := schema.RunSeed(req.Seed, req.Sample)
+	rng := rand.New(rand.NewPCG(uint64(seed), uint64(req.Sample)<<32|uint64(req.Turn)))
 	terms := issueTerms(issue)
-	budget := 3 + int((uint64(req.Seed)+uint64(req.Sample)*7)%4) // 3..6 tool calls per episode
+	budget := 3 + int((uint64(seed)+uint64(req.Sample)*7)%4) // 3..6 tool calls per episode
 
 	if st.calls >= budget || st.lastCall {
 		return reply(fmt.Sprintf("I have seen enough to answer.\n%s", answer(st, terms)), "finish", map[string]any{"answer": answer(st, terms)}), nil

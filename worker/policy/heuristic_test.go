@@ -40,7 +40,7 @@ func runSampleWith(t *testing.T, instance int, samples int, model agent.Model) [
 			t.Fatal(err)
 		}
 		job := schema.Job{JobID: schema.JobID("r", 0, inst.InstanceID, int64(s)), RunID: "r", InstanceID: inst.InstanceID,
-			Repo: inst.Repo, BaseCommit: inst.BaseCommit, ProblemStatement: inst.ProblemStatement, Sample: int64(s), Seed: 42}
+			Repo: inst.Repo, BaseCommit: inst.BaseCommit, ProblemStatement: inst.ProblemStatement, Sample: int64(s), Sampling: schema.Sampling{Seed: schema.SampleSeed(42, int64(s))}}
 		tr, err := agent.Run(context.Background(), agent.Config{}, agent.Episode{Job: job, Tools: set, Graph: idx.Graph, Model: model})
 		if err != nil {
 			t.Fatal(err)

@@ -5,70 +5,87 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
+	"net/url"
 
 	"github.com/a2farm/a2farm/internal/llm"
+	"github.com/a2farm/a2farm/schema"
 	"github.com/a2farm/a2farm/worker/agent"
 )
 
-// OpenAIConfig configures the openai policy.
-type OpenAIConfig struct {
-	Client *llm.Client
-	Model  string
-	// Sampling. Zero TopP, TopK and RepetitionPenalty are not sent.
-	Temperature       float64
-	TopP              float64
-	TopK              int
-	RepetitionPenalty float64
-	MaxTokens         int
-	// Logprobs asks the server for per-token log-probabilities (and, on
-	// vLLM, token ids) so they are recorded in the trajectory.
-	Logprobs bool
-}
-
-// OpenAI is the policy served by any OpenAI-compatible endpoint (vLLM,
-// SGLang, OpenAI): native tool calls, or the text <function=...> syntax
-// in text mode. It is safe for concurrent use.
+// OpenAI plays one job with a model served by an OpenAI-compatible
+// endpoint (vLLM, SGLang, OpenAI): native tool calls, or the text
+// <function=...> syntax in text mode. Everything it sends — model, sampling,
+// seed, token capture — comes from the job. It is safe for concurrent use.
 type OpenAI struct {
-	cfg OpenAIConfig
+	client   *llm.Client
+	endpoint string
+	policy   schema.Policy
+	sampling schema.Sampling
 }
 
-// NewOpenAI validates cfg.
-func NewOpenAI(cfg OpenAIConfig) (*OpenAI, error) {
+// NewOpenAI binds a job's policy and sampling to a client of the endpoint
+// that serves its model; endpoint names it in trajectories (no secrets).
+func NewOpenAI(client *llm.Client, endpoint string, p schema.Policy, s schema.Sampling) (*OpenAI, error) {
 	switch {
-	case cfg.Client == nil:
+	case client == nil:
 		return nil, errors.New("openai policy: a client is required")
-	case cfg.Model == "":
-		return nil, errors.New("openai policy: a model name is required (--model)")
-	case cfg.Temperature < 0 || cfg.TopP < 0 || cfg.TopP > 1 || cfg.TopK < 0 || cfg.RepetitionPenalty < 0:
-		return nil, fmt.Errorf("openai policy: bad sampling parameters %+v", cfg)
+	case p.Model == "":
+		return nil, errors.New("openai policy: the job names no model")
 	}
-	return &OpenAI{cfg: cfg}, nil
+	if err := ValidateSampling(s); err != nil {
+		return nil, err
+	}
+	return &OpenAI{client: client, endpoint: endpoint, policy: p, sampling: s}, nil
 }
+
+// ValidateSampling rejects parameters no server accepts.
+func ValidateSampling(s schema.Sampling) error {
+	switch {
+	case s.Temperature < 0:
+		return fmt.Errorf("sampling: temperature %g is negative", s.Temperature)
+	case s.TopP < 0 || s.TopP > 1:
+		return fmt.Errorf("sampling: top_p %g is outside [0, 1]", s.TopP)
+	case s.TopK < 0:
+		return fmt.Errorf("sampling: top_k %d is negative", s.TopK)
+	case s.RepetitionPenalty < 0:
+		return fmt.Errorf("sampling: repetition penalty %g is negative", s.RepetitionPenalty)
+	case s.MaxTokens < 0:
+		return fmt.Errorf("sampling: max tokens %d is negative", s.MaxTokens)
+	}
+	return nil
+}
+
+// Endpoint is where the model is served, without credentials.
+func (o *OpenAI) Endpoint() string { return o.endpoint }
 
 // Next implements agent.Model.
 func (o *OpenAI) Next(ctx context.Context, req agent.ModelRequest) (*agent.ModelReply, error) {
-	temp := o.cfg.Temperature
-	r := llm.Request{Model: o.cfg.Model, Messages: req.Messages, Temperature: &temp, MaxTokens: o.cfg.MaxTokens,
-		Extra: map[string]any{}}
-	if o.cfg.TopP > 0 {
-		topP := o.cfg.TopP
+	s := o.sampling
+	temp := s.Temperature
+	// One seed per turn: reproducible, yet turns and samples differ.
+	seed := s.Seed + int64(req.Turn)
+	r := llm.Request{Model: o.policy.Model, Messages: req.Messages, Temperature: &temp, MaxTokens: int(s.MaxTokens),
+		Seed: &seed, Extra: map[string]any{}}
+	if s.TopP > 0 {
+		topP := s.TopP
 		r.TopP = &topP
 	}
-	if o.cfg.TopK > 0 {
-		r.Extra["top_k"] = o.cfg.TopK
+	if s.TopK > 0 {
+		r.Extra["top_k"] = s.TopK
 	}
-	if o.cfg.RepetitionPenalty > 0 {
-		r.Extra["repetition_penalty"] = o.cfg.RepetitionPenalty
+	if s.RepetitionPenalty > 0 {
+		r.Extra["repetition_penalty"] = s.RepetitionPenalty
 	}
-	// One seed per (job seed, sample, turn): reproducible, yet samples differ.
-	seed := req.Seed*1_000_003 + req.Sample*1009 + int64(req.Turn)
-	r.Seed = &seed
-	if o.cfg.Logprobs {
+	if o.policy.Logprobs {
 		r.Extra["logprobs"] = true
+	}
+	if o.policy.ReturnTokenIDs {
 		r.Extra["return_token_ids"] = true
 	}
 	if req.TextMode {
+		// The stop word ends the reply at the call's closing tag; the
+		// reply is kept as returned (the parser needs no closing tag), so
+		// the history holds exactly the text the model generated.
 		r.Stop = []string{"</function"}
 	} else if len(req.Tools) > 0 {
 		tools, err := json.Marshal(req.Tools)
@@ -77,22 +94,31 @@ func (o *OpenAI) Next(ctx context.Context, req agent.ModelRequest) (*agent.Model
 		}
 		r.Tools = tools
 	}
-	resp, err := o.cfg.Client.Chat(ctx, r)
+	resp, err := o.client.Chat(ctx, r)
 	if err != nil {
 		return nil, err
 	}
 	choice := resp.Choices[0]
 	msg := choice.Message
 	msg.Role = "assistant"
-	// The stop word swallows the closing tag of a text call: put it back.
-	if req.TextMode && strings.Count(msg.Content, "<function=") == 1 && !strings.Contains(msg.Content, "</function>") {
-		msg.Content = strings.TrimRight(msg.Content, "\n ") + "\n</function>"
-	}
 	return &agent.ModelReply{
 		Message:          msg,
+		FinishReason:     choice.FinishReason,
 		PromptTokens:     resp.Usage.PromptTokens,
 		CompletionTokens: resp.Usage.CompletionTokens,
+		PromptTokenIDs:   resp.PromptTokenIDs,
 		TokenIDs:         choice.TokenIDs,
 		Logprobs:         choice.TokenLogprobs(),
 	}, nil
+}
+
+// RedactURL drops credentials and the query from an endpoint URL, for
+// trajectories, logs and errors.
+func RedactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	u.User, u.RawQuery, u.Fragment = nil, "", ""
+	return u.String()
 }

@@ -90,7 +90,7 @@ func newFixture(t *testing.T) fixture {
 	return fixture{idx, inst}
 }
 
-func (f fixture) run(t *testing.T, srv *httptest.Server, clientCfg llm.Config, cfg agent.Config, pcfg OpenAIConfig) schema.Trajectory {
+func (f fixture) run(t *testing.T, srv *httptest.Server, clientCfg llm.Config, cfg agent.Config, pol schema.Policy, sampling schema.Sampling) schema.Trajectory {
 	t.Helper()
 	clientCfg.BaseURL = srv.URL + "/v1"
 	if clientCfg.Backoff == 0 {
@@ -100,8 +100,9 @@ func (f fixture) run(t *testing.T, srv *httptest.Server, clientCfg llm.Config, c
 	if err != nil {
 		t.Fatal(err)
 	}
-	pcfg.Client, pcfg.Model = client, "qwen"
-	pol, err := NewOpenAI(pcfg)
+	pol.Kind, pol.Model = KindOpenAI, "qwen"
+	sampling.Seed = schema.SampleSeed(7, 3)
+	model, err := NewOpenAI(client, "test-server", pol, sampling)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,8 +111,8 @@ func (f fixture) run(t *testing.T, srv *httptest.Server, clientCfg llm.Config, c
 		t.Fatal(err)
 	}
 	job := schema.Job{JobID: "r/0/" + f.inst.InstanceID + "/3", InstanceID: f.inst.InstanceID, Repo: f.inst.Repo,
-		ProblemStatement: f.inst.ProblemStatement, Sample: 3, Seed: 7}
-	tr, err := agent.Run(context.Background(), cfg, agent.Episode{Job: job, Tools: set, Graph: f.idx.Graph, Model: pol})
+		ProblemStatement: f.inst.ProblemStatement, Sample: 3, Policy: pol, Sampling: sampling}
+	tr, err := agent.Run(context.Background(), cfg, agent.Episode{Job: job, Tools: set, Graph: f.idx.Graph, Model: model})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,7 +142,7 @@ func TestOpenAINativeToolCalls(t *testing.T) {
 			answerWith(w, toolCall("finish", `{"answer": "`+goodAnswer+`"}`), nil)
 		}
 	})
-	tr := f.run(t, srv, llm.Config{}, agent.Config{}, OpenAIConfig{Temperature: 1, TopP: 0.8, TopK: 20, RepetitionPenalty: 1.05, Logprobs: true})
+	tr := f.run(t, srv, llm.Config{}, agent.Config{}, schema.Policy{Logprobs: true}, schema.Sampling{Temperature: 1, TopP: 0.8, TopK: 20, RepetitionPenalty: 1.05})
 	if tr.Status != schema.StatusOK || len(tr.Turns) != 4 {
 		t.Fatalf("status %s, %d turns: %+v", tr.Status, len(tr.Turns), tr)
 	}
@@ -182,7 +183,7 @@ func TestOpenAITextMode(t *testing.T) {
 		}
 		http.Error(w, "unexpected conversation", http.StatusBadRequest)
 	})
-	tr := f.run(t, srv, llm.Config{}, agent.Config{TextMode: true}, OpenAIConfig{})
+	tr := f.run(t, srv, llm.Config{}, agent.Config{TextMode: true}, schema.Policy{}, schema.Sampling{})
 	if tr.Status != schema.StatusOK || len(tr.Turns) != 2 || tr.Turns[0].ToolArgs != `{"search_terms":["remove_item","Warehouse"]}` {
 		t.Fatalf("trajectory: %+v", tr)
 	}
@@ -205,7 +206,7 @@ func TestOpenAIRecoversFromTransientErrors(t *testing.T) {
 			answerWith(w, toolCall("finish", `{"answer": "`+goodAnswer+`"}`), nil)
 		}
 	})
-	tr := f.run(t, srv, llm.Config{}, agent.Config{}, OpenAIConfig{})
+	tr := f.run(t, srv, llm.Config{}, agent.Config{}, schema.Policy{}, schema.Sampling{})
 	if tr.Status != schema.StatusOK || calls.Load() != 3 {
 		t.Errorf("status %s after %d calls", tr.Status, calls.Load())
 	}
@@ -214,7 +215,7 @@ func TestOpenAIRecoversFromTransientErrors(t *testing.T) {
 func TestOpenAITimeoutsBecomePolicyErrors(t *testing.T) {
 	f := newFixture(t)
 	srv := policyServer(t, func(w http.ResponseWriter, _ chatRequest, _ int) { time.Sleep(300 * time.Millisecond) })
-	tr := f.run(t, srv, llm.Config{Timeout: 30 * time.Millisecond, MaxRetries: 1}, agent.Config{}, OpenAIConfig{})
+	tr := f.run(t, srv, llm.Config{Timeout: 30 * time.Millisecond, MaxRetries: 1}, agent.Config{}, schema.Policy{}, schema.Sampling{})
 	if tr.Status != schema.StatusPolicyError || !strings.Contains(tr.Error, "deadline") {
 		t.Errorf("status %s, error %q; want policy_error from timeouts", tr.Status, tr.Error)
 	}
@@ -243,7 +244,7 @@ func TestOpenAIContextOverflowTrims(t *testing.T) {
 		}
 		answerWith(w, toolCall("search_code_snippets", `{"search_terms": ["term`+string(rune('a'+served.Load()))+`"]}`), nil)
 	})
-	tr := f.run(t, srv, llm.Config{}, agent.Config{}, OpenAIConfig{})
+	tr := f.run(t, srv, llm.Config{}, agent.Config{}, schema.Policy{}, schema.Sampling{})
 	if tr.Status != schema.StatusOK || rejected.Load() == 0 || !sawPlaceholder.Load() || len(tr.Turns) != 6 {
 		t.Errorf("status %s (%s), %d rejections, placeholder %v, %d turns", tr.Status, tr.Error, rejected.Load(), sawPlaceholder.Load(), len(tr.Turns))
 	}
@@ -260,7 +261,7 @@ func TestOpenAIEmptyAnswerFallsBack(t *testing.T) {
 		}
 		answerWith(w, toolCall("finish", `{"answer": ""}`), nil)
 	})
-	tr := f.run(t, srv, llm.Config{}, agent.Config{}, OpenAIConfig{})
+	tr := f.run(t, srv, llm.Config{}, agent.Config{}, schema.Policy{}, schema.Sampling{})
 	if tr.Status != schema.StatusOK || len(tr.Predictions.Files) != 1 || tr.Predictions.Files[0] != "inventory/models.py" {
 		t.Errorf("status %s, answer %q, predictions %+v", tr.Status, tr.FinalAnswer, tr.Predictions)
 	}
@@ -275,7 +276,7 @@ func TestOpenAIToolBudget(t *testing.T) {
 		}
 		answerWith(w, toolCall("explore_tree_structure", `{"start_entities": ["/"]}`), nil) // never finishes
 	})
-	tr := f.run(t, srv, llm.Config{}, agent.Config{MaxToolCalls: 3}, OpenAIConfig{})
+	tr := f.run(t, srv, llm.Config{}, agent.Config{MaxToolCalls: 3}, schema.Policy{}, schema.Sampling{})
 	if tr.Status != schema.StatusTruncated || len(tr.Turns) != 4 || !lastCallSeen.Load() || tr.Turns[3].Observation != "" {
 		t.Errorf("status %s, %d turns, last call seen %v; want truncated after 3 calls + 1 answer turn", tr.Status, len(tr.Turns), lastCallSeen.Load())
 	}

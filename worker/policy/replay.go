@@ -10,10 +10,10 @@ import (
 	"github.com/a2farm/a2farm/worker/agent"
 )
 
-// Replay re-issues the actions of recorded trajectories: turn k of the
-// episode for (instance, sample) gets the assistant content and tool call
-// of turn k of the recorded trajectory, and the episode ends with the
-// recorded answer. Use it for deterministic tests and to branch rollouts
+// Replay re-issues the replies of recorded trajectories: turn k of the
+// episode for (instance, sample) gets the reply of turn k of the recorded
+// trajectory, verbatim, and an episode that outlives its recording ends
+// with the recorded answer. Use it for deterministic tests and to branch rollouts
 // from a recorded prefix.
 type Replay struct {
 	byKey map[string]schema.Trajectory
@@ -45,13 +45,15 @@ func (r *Replay) Next(_ context.Context, req agent.ModelRequest) (*agent.ModelRe
 	if !ok {
 		return nil, fmt.Errorf("replay: no recorded trajectory for %s sample %d", req.InstanceID, req.Sample)
 	}
-	if req.Turn >= len(tr.Turns) || tr.Turns[req.Turn].ToolName == "" {
-		// Past the recording (or at its answer turn): answer as recorded.
+	if req.Turn >= len(tr.Turns) {
+		// Past the recording: answer as recorded.
 		args, _ := json.Marshal(map[string]string{"answer": tr.FinalAnswer})
 		return replyWith("", "finish", string(args)), nil
 	}
+	// The recorded reply, verbatim: content, tool-call ids and argument
+	// text, so that the conversation repeats byte for byte.
 	t := tr.Turns[req.Turn]
-	return replyWith(t.AssistantContent, t.ToolName, t.ToolArgs), nil
+	return &agent.ModelReply{Message: t.Response(), FinishReason: t.FinishReason}, nil
 }
 
 func replyWith(content, tool, args string) *agent.ModelReply {

@@ -1,0 +1,233 @@
+package learner
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+
+	"github.com/a2farm/a2farm/learner/rewards"
+	"github.com/a2farm/a2farm/learner/shard"
+	"github.com/a2farm/a2farm/schema"
+)
+
+// Training is what a labelled trajectory contributes to the shards.
+type Training struct {
+	// Rows are its conversations: one per stretch of turns whose requests
+	// extend each other (a context trim starts a new one).
+	Rows []schema.ShardRow
+	// Tokens are its token sequences, when the server returned token ids.
+	Tokens []schema.TokenRow
+	// Stats count what the token sequences hold.
+	Stats shard.TokenStats
+}
+
+// TrainingData builds the shard rows of a labelled trajectory from its
+// request/response record only: ok is false when the trajectory is
+// skipped or the trainer filter (no gold file ever surfaced) drops it.
+func TrainingData(lt Labeled, keepUnsuccessful bool) (Training, bool, error) {
+	tr := lt.Trajectory
+	if lt.Skipped != "" || len(tr.Turns) == 0 {
+		return Training{}, false, nil
+	}
+	if !keepUnsuccessful && lt.Labels.Recall[rewards.File] == 0 {
+		return Training{}, false, nil
+	}
+	if len(lt.Weights) != len(tr.Turns) {
+		return Training{}, false, fmt.Errorf("trajectory %s: %d weights for %d turns", tr.JobID, len(lt.Weights), len(tr.Turns))
+	}
+	rows, err := messageRows(lt)
+	if err != nil {
+		return Training{}, false, err
+	}
+	toks, stats, err := tokenRows(lt)
+	if err != nil {
+		return Training{}, false, err
+	}
+	return Training{Rows: rows, Tokens: toks, Stats: stats}, true, nil
+}
+
+// messageRows cuts the trajectory into conversations. Turns a..b form one
+// when each request starts with the previous request and its reply; the
+// conversation is then request b followed by reply b, and the messages
+// before every reply t in it are exactly request t.
+func messageRows(lt Labeled) ([]schema.ShardRow, error) {
+	tr := lt.Trajectory
+	reqs, err := tr.Requests()
+	if err != nil {
+		return nil, err
+	}
+	tools, err := requestTools(tr)
+	if err != nil {
+		return nil, err
+	}
+	var rows []schema.ShardRow
+	first := 0
+	for t := range tr.Turns {
+		last := t == len(tr.Turns)-1
+		if !last && extends(reqs[t+1], reqs[t], tr.Turns[t].Response()) {
+			continue
+		}
+		rows = append(rows, lt.conversation(reqs, first, t, tools))
+		first = t + 1
+	}
+	return rows, nil
+}
+
+// extends reports whether next starts with prev followed by reply.
+func extends(next, prev []schema.Message, reply schema.Message) bool {
+	if len(next) < len(prev)+1 || !schema.MessagesEqual(next[len(prev)], reply) {
+		return false
+	}
+	for i := range prev {
+		if !schema.MessagesEqual(next[i], prev[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+func (lt Labeled) conversation(reqs [][]schema.Message, first, last int, tools []schema.ToolSpec) schema.ShardRow {
+	tr := lt.Trajectory
+	msgs := append(slices.Clone(reqs[last]), tr.Turns[last].Response())
+	row := schema.ShardRow{
+		Span: tr.Span(tr.Turns[first].Index, tr.Turns[last].Index), Messages: msgs, Tools: tools,
+		F1: schema.LevelStats{File: lt.Labels.F1[0], Module: lt.Labels.F1[1], Entity: lt.Labels.F1[2]},
+		DC: schema.LevelStats{File: lt.Labels.DC[0], Module: lt.Labels.DC[1], Entity: lt.Labels.DC[2]},
+	}
+	// The replies of turns first..last sit right after their requests;
+	// an assistant message before request `first` ends is context kept
+	// from an earlier conversation: the most recent earlier turn with the
+	// same reply, weight 0 here.
+	trainedAt := map[int]int{}
+	for t := first; t <= last; t++ {
+		trainedAt[len(reqs[t])] = t
+	}
+	for i, m := range msgs {
+		if m.Role != "assistant" {
+			continue
+		}
+		t, trained := trainedAt[i]
+		if !trained {
+			t = -1
+			for j := first - 1; j >= 0; j-- {
+				if schema.MessagesEqual(tr.Turns[j].Response(), m) {
+					t = j
+					break
+				}
+			}
+		}
+		row.Turns = append(row.Turns, int64(t))
+		var w, adv, ret, rew float64
+		if t >= 0 {
+			adv, ret, rew = at(lt.Advantages, t), at(lt.Labels.Returns, t), at(lt.Labels.Rewards, t)
+			if trained {
+				w = at(lt.Weights, t)
+			}
+		}
+		row.Weights = append(row.Weights, w)
+		row.Advantages = append(row.Advantages, adv)
+		row.Returns = append(row.Returns, ret)
+		row.Rewards = append(row.Rewards, rew)
+	}
+	return row
+}
+
+func at(v []float64, i int) float64 {
+	if i < len(v) {
+		return v[i]
+	}
+	return 0
+}
+
+// requestTools are the tool specs the requests carried: none in text mode.
+func requestTools(tr schema.Trajectory) ([]schema.ToolSpec, error) {
+	tools := []schema.ToolSpec{}
+	if tr.Policy.TextMode || tr.ToolsJSON == "" {
+		return tools, nil
+	}
+	if err := json.Unmarshal([]byte(tr.ToolsJSON), &tools); err != nil {
+		return nil, fmt.Errorf("trajectory %s: tool specs: %w", tr.JobID, err)
+	}
+	return tools, nil
+}
+
+// tokenRows builds the token sequences: a turn's prompt ids and completion
+// ids start one; the next turn joins it when its prompt ids start with
+// everything the sequence holds (its new prompt ids weigh 0, its
+// completion its weight); otherwise — a template that re-renders history,
+// a trim — it starts another. Turns without ids are left out.
+func tokenRows(lt Labeled) ([]schema.TokenRow, shard.TokenStats, error) {
+	tr := lt.Trajectory
+	prompts, err := tr.PromptIDs()
+	if err != nil {
+		return nil, shard.TokenStats{}, err
+	}
+	var rows []schema.TokenRow
+	var st shard.TokenStats
+	cur := -1 // the sequence the next turn may join
+	for i, turn := range tr.Turns {
+		prompt := prompts[i]
+		if len(prompt) == 0 || len(turn.TokenIDs) == 0 {
+			st.TurnsWithoutIDs++
+			cur = -1
+			continue
+		}
+		st.TurnsWithIDs++
+		st.WeightedTokens += len(turn.TokenIDs)
+		w := float32(lt.Weights[i])
+		if cur >= 0 {
+			st.Mergeable++
+			seq := &rows[cur]
+			if len(prompt) >= len(seq.InputIDs) && slices.Equal(prompt[:len(seq.InputIDs)], seq.InputIDs) {
+				st.Merged++
+				fresh := prompt[len(seq.InputIDs):]
+				seq.InputIDs = append(append(seq.InputIDs, fresh...), turn.TokenIDs...)
+				seq.LossWeights = appendRepeat(appendRepeat(seq.LossWeights, 0, len(fresh)), w, len(turn.TokenIDs))
+				seq.LastTurn = turn.Index
+				continue
+			}
+		}
+		rows = append(rows, schema.TokenRow{Span: tr.Span(turn.Index, turn.Index),
+			InputIDs:    append(slices.Clone(prompt), turn.TokenIDs...),
+			LossWeights: appendRepeat(make([]float32, len(prompt)), w, len(turn.TokenIDs))})
+		cur = len(rows) - 1
+	}
+	for _, r := range rows {
+		st.Sequences++
+		st.Tokens += len(r.InputIDs)
+	}
+	st.Add(shard.TokenStats{}) // fills the merge rate
+	return rows, st, nil
+}
+
+func appendRepeat(s []float32, v float32, n int) []float32 {
+	for range n {
+		s = append(s, v)
+	}
+	return s
+}
+
+// Write adds the training data of labelled trajectories to w and returns
+// how many trajectories were kept and how many rows they gave.
+func Write(w *shard.Writer, lts []Labeled, keepUnsuccessful bool) (kept, rows int, err error) {
+	for _, lt := range lts {
+		td, ok, err := TrainingData(lt, keepUnsuccessful)
+		if err != nil {
+			return kept, rows, err
+		}
+		if !ok {
+			continue
+		}
+		kept++
+		rows += len(td.Rows)
+		for _, r := range td.Rows {
+			if err := w.Add(r); err != nil {
+				return kept, rows, err
+			}
+		}
+		if err := w.AddTokens(td.Tokens, td.Stats); err != nil {
+			return kept, rows, err
+		}
+	}
+	return kept, rows, nil
+}

@@ -1,0 +1,265 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/a2farm/a2farm/coordinator"
+	"github.com/a2farm/a2farm/internal/bus"
+	"github.com/a2farm/a2farm/internal/gitrepo"
+	"github.com/a2farm/a2farm/internal/natstest"
+	"github.com/a2farm/a2farm/internal/policytest"
+	"github.com/a2farm/a2farm/internal/sample"
+	"github.com/a2farm/a2farm/schema"
+	"github.com/a2farm/a2farm/worker/policy"
+)
+
+// shortEpisode answers one code search, then finish.
+func shortEpisode(req policytest.Request) policytest.Reply {
+	turn := 0
+	for _, m := range req.Messages {
+		if m.Role == "assistant" {
+			turn++
+		}
+	}
+	call := schema.ToolCall{ID: fmt.Sprintf("chatcmpl-tool-%d", turn), Type: "function",
+		Function: schema.FunctionCall{Name: "search_code_snippets", Arguments: `{"search_terms": ["Warehouse"]}`}}
+	if turn > 0 {
+		call.Function = schema.FunctionCall{Name: "finish", Arguments: `{"answer": "inventory/models.py"}`}
+	}
+	return policytest.Reply{ToolCalls: []schema.ToolCall{call}, FinishReason: "tool_calls"}
+}
+
+// policyFarm is an in-process farm: JetStream, the built-in sample, and
+// workers that are started and stopped by the test.
+type policyFarm struct {
+	t     *testing.T
+	ctx   context.Context
+	js    jetstream.JetStream
+	b     *bus.Bus
+	l     *sample.Layout
+	repos *gitrepo.Set
+	cons  jetstream.Consumer
+}
+
+func newPolicyFarm(t *testing.T) *policyFarm {
+	_, js := natstest.New(t)
+	ctx := context.Background()
+	cfg := bus.DefaultConfig()
+	cfg.AckWait = 5 * time.Second
+	b, err := bus.Open(ctx, js, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := sample.Write(filepath.Join(t.TempDir(), "sample"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	repos := gitrepo.NewSet(l.ReposDir)
+	t.Cleanup(func() { repos.Close() })
+	cons, err := js.OrderedConsumer(ctx, bus.TrajStream, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &policyFarm{t: t, ctx: ctx, js: js, b: b, l: l, repos: repos, cons: cons}
+}
+
+// startWorker runs a worker serving what cfg says until the returned stop.
+func (f *policyFarm) startWorker(id string, cfg policy.RegistryConfig) (stop func()) {
+	reg, err := policy.NewRegistry(cfg)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(f.ctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := Run(ctx, Config{Bus: f.b, Repos: f.repos, Policies: reg, Concurrency: 4, Grace: time.Second,
+			WorkerID: id, Log: zerolog.Nop()}); err != nil {
+			f.t.Error(err)
+		}
+	}()
+	// Wait for its heartbeat, which tells other workers what it offers.
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if _, err := f.b.Workers.Get(f.ctx, id); err == nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return func() { cancel(); wg.Wait() }
+}
+
+// run publishes a run of the sample with spec and returns its
+// trajectories, one per job.
+func (f *policyFarm) run(runID string, samples int, spec schema.RunSpec) map[string]schema.Trajectory {
+	f.t.Helper()
+	m, err := coordinator.Publish(f.ctx, coordinator.RunConfig{Bus: f.b, RunID: runID, Instances: f.l.Instances[:2],
+		Samples: samples, Spec: spec})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	got := map[string]schema.Trajectory{}
+	deadline := time.Now().Add(60 * time.Second)
+	for len(got) < m.Expected && time.Now().Before(deadline) {
+		msg, err := f.cons.Next(jetstream.FetchMaxWait(2 * time.Second))
+		if err != nil {
+			continue
+		}
+		tr, err := f.b.DecodeTrajectory(f.ctx, msg)
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		if _, dup := got[tr.JobID]; dup {
+			f.t.Errorf("job %s has two trajectories", tr.JobID)
+		}
+		got[tr.JobID] = tr
+	}
+	if len(got) != m.Expected {
+		f.t.Fatalf("run %s: %d of %d trajectories", runID, len(got), m.Expected)
+	}
+	return got
+}
+
+// sentRequest is what the policy server received, field by field.
+type sentRequest struct {
+	Model             string   `json:"model"`
+	Temperature       *float64 `json:"temperature"`
+	TopP              *float64 `json:"top_p"`
+	TopK              *int64   `json:"top_k"`
+	RepetitionPenalty *float64 `json:"repetition_penalty"`
+	MaxTokens         *int64   `json:"max_tokens"`
+	Seed              *int64   `json:"seed"`
+	ReturnTokenIDs    *bool    `json:"return_token_ids"`
+}
+
+func decodeSent(t *testing.T, bodies [][]byte) []sentRequest {
+	t.Helper()
+	out := make([]sentRequest, len(bodies))
+	for i, b := range bodies {
+		if err := json.Unmarshal(b, &out[i]); err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+	}
+	return out
+}
+
+// TestTheRunDecidesWhatActs: workers that carry only a base URL send
+// each run's model and sampling, a second run on the same workers sends
+// its own, and every trajectory records what produced it.
+func TestTheRunDecidesWhatActs(t *testing.T) {
+	f := newPolicyFarm(t)
+	srv := policytest.NewRecorder(t, shortEpisode)
+	onlyBaseURL := policy.RegistryConfig{Endpoints: policy.EndpointConfig{BaseURL: srv.URL}}
+	defer f.startWorker("w1", onlyBaseURL)()
+	defer f.startWorker("w2", onlyBaseURL)()
+
+	runs := []struct {
+		id   string
+		spec schema.RunSpec
+	}{
+		{"iter1", schema.RunSpec{Seed: 7, Policy: schema.Policy{Kind: policy.KindOpenAI, Model: "adapter-1", Version: "iter1", ReturnTokenIDs: true},
+			Sampling: schema.Sampling{Temperature: 1, TopP: 0.8, TopK: 20, RepetitionPenalty: 1.05, MaxTokens: 512},
+			Limits:   schema.Limits{MaxToolCalls: 20, MaxContextTokens: 40000, WallTimeSeconds: 60}}},
+		{"eval", schema.RunSpec{Seed: 1234, Policy: schema.Policy{Kind: policy.KindOpenAI, Model: "adapter-2", Version: "iter2"},
+			Sampling: schema.Sampling{Temperature: 0, TopP: 0.95, TopK: 5, RepetitionPenalty: 1.2, MaxTokens: 64},
+			Limits:   schema.Limits{MaxToolCalls: 20, MaxContextTokens: 40000, WallTimeSeconds: 60}}},
+	}
+	const samples = 3
+	for _, r := range runs {
+		srv.Reset()
+		trs := f.run(r.id, samples, r.spec)
+		sent := decodeSent(t, srv.Bodies())
+		if len(sent) != 2*samples*2 { // two instances, two turns each
+			t.Fatalf("run %s: the server saw %d requests, want %d", r.id, len(sent), 2*samples*2)
+		}
+		wantSeeds := map[int64]int{}
+		for s := range int64(samples) {
+			for turn := range int64(2) {
+				wantSeeds[schema.SampleSeed(r.spec.Seed, s)+turn] += 2 // both instances
+			}
+		}
+		s := r.spec.Sampling
+		for i, req := range sent {
+			ok := req.Model == r.spec.Policy.Model && req.Temperature != nil && *req.Temperature == s.Temperature &&
+				req.TopP != nil && *req.TopP == s.TopP && req.TopK != nil && *req.TopK == s.TopK &&
+				req.RepetitionPenalty != nil && *req.RepetitionPenalty == s.RepetitionPenalty &&
+				req.MaxTokens != nil && *req.MaxTokens == s.MaxTokens && req.Seed != nil &&
+				(req.ReturnTokenIDs != nil) == r.spec.Policy.ReturnTokenIDs
+			if !ok {
+				t.Errorf("run %s request %d sent %s, want the run's policy and sampling", r.id, i, srv.Bodies()[i])
+				continue
+			}
+			wantSeeds[*req.Seed]--
+		}
+		for seed, n := range wantSeeds {
+			if n != 0 {
+				t.Errorf("run %s: seed %d sent %d times too few", r.id, seed, n)
+			}
+		}
+		for id, tr := range trs {
+			want := r.spec.Policy
+			want.Endpoint = srv.URL
+			if tr.Status != schema.StatusOK || tr.Policy != want || tr.Sampling.Temperature != s.Temperature ||
+				tr.Sampling.Seed != schema.SampleSeed(r.spec.Seed, tr.Sample) {
+				t.Errorf("run %s trajectory %s: status %s, policy %+v, sampling %+v", r.id, id, tr.Status, tr.Policy, tr.Sampling)
+			}
+		}
+	}
+}
+
+// TestAJobIsNeverPlayedByAnotherPolicy: a worker that cannot serve a
+// job's model hands it to one that can; with none left that can, the job
+// is given up with the reason — never played by another model.
+func TestAJobIsNeverPlayedByAnotherPolicy(t *testing.T) {
+	f := newPolicyFarm(t)
+	srv := policytest.NewRecorder(t, shortEpisode)
+	onlyA := policy.RegistryConfig{Endpoints: policy.EndpointConfig{Models: map[string]string{"adapter-a": srv.URL}}}
+	stopA := f.startWorker("serves-a", onlyA)
+	defer stopA()
+
+	// Another worker serves any model: jobs for adapter-b go to it.
+	stopAny := f.startWorker("serves-any", policy.RegistryConfig{Endpoints: policy.EndpointConfig{BaseURL: srv.URL}})
+	specB := schema.RunSpec{Seed: 3, Policy: schema.Policy{Kind: policy.KindOpenAI, Model: "adapter-b"},
+		Sampling: schema.Sampling{Temperature: 1}, Limits: schema.Limits{MaxToolCalls: 20, MaxContextTokens: 40000}}
+	for id, tr := range f.run("handed-over", 4, specB) {
+		if tr.Status != schema.StatusOK || tr.WorkerID != "serves-any" || tr.Policy.Model != "adapter-b" {
+			t.Errorf("%s: status %s, worker %s, model %s", id, tr.Status, tr.WorkerID, tr.Policy.Model)
+		}
+	}
+	stopAny()
+
+	// Now no live worker serves adapter-b, nor the replay kind.
+	srv.Reset()
+	for _, spec := range []schema.RunSpec{specB, {Policy: schema.Policy{Kind: policy.KindReplay}}} {
+		runID := "unservable-" + spec.Policy.Kind
+		for id, tr := range f.run(runID, 2, spec) {
+			if tr.Status != schema.StatusInfraError || len(tr.Turns) != 0 || tr.Policy != spec.Policy ||
+				!strings.Contains(tr.Error, "cannot serve") {
+				t.Errorf("%s: status %s, %d turns, policy %+v, error %q", id, tr.Status, len(tr.Turns), tr.Policy, tr.Error)
+			}
+		}
+		dead, err := f.b.DeadLetters(f.ctx, runID)
+		if err != nil || len(dead) != 4 {
+			t.Fatalf("%d dead letters (%v), want 4", len(dead), err)
+		}
+		for _, dl := range dead {
+			if !strings.Contains(dl.Reason, "serves-a cannot serve") {
+				t.Errorf("dead letter of %s: reason %q", dl.Job.JobID, dl.Reason)
+			}
+		}
+	}
+	if n := len(srv.Bodies()); n != 0 {
+		t.Errorf("the policy server saw %d requests for jobs nobody serves", n)
+	}
+}
