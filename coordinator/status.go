@@ -31,7 +31,10 @@ type RunStatus struct {
 	Expected  int       `json:"expected"`
 	Accounted int       `json:"accounted"` // trajectories in the log, infra errors included
 	Dead      int       `json:"dead"`      // dead letters waiting for `jobs retry`
-	Created   time.Time `json:"created"`
+	// DeadReasons counts the dead letters by why their jobs were given up
+	// ("" when a job simply ran out of deliveries).
+	DeadReasons map[string]int `json:"dead_reasons,omitempty"`
+	Created     time.Time      `json:"created"`
 	// PerMinute is the run's average trajectory rate since it was
 	// published; ETA extrapolates it to the jobs still missing.
 	PerMinute float64       `json:"per_minute"`
@@ -70,6 +73,16 @@ func Status(ctx context.Context, b *bus.Bus, runID string) (*FarmStatus, error) 
 			return nil, err
 		}
 		r := RunStatus{RunID: m.RunID, Iteration: m.Iteration, Expected: m.Expected, Accounted: n, Dead: dead, Created: m.Created}
+		if dead > 0 {
+			letters, err := b.DeadLetters(ctx, m.RunID)
+			if err != nil {
+				return nil, fmt.Errorf("dead letters of %s: %w", m.RunID, err)
+			}
+			r.DeadReasons = map[string]int{}
+			for _, dl := range letters {
+				r.DeadReasons[dl.Reason]++
+			}
+		}
 		if elapsed := st.At.Sub(m.Created); elapsed > 0 && n > 0 {
 			r.PerMinute = float64(n) / elapsed.Minutes()
 			if n < m.Expected {

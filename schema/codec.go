@@ -375,7 +375,7 @@ func (c *Codec[T]) checkMetadata(s *arrow.Schema) error {
 		return fmt.Errorf("data holds %s rows, want %s", kind, c.kind)
 	}
 	if v, ok := md.GetValue(MetaFormatVersion); ok && v != Version {
-		return fmt.Errorf("%s data has format version %s; this build reads version %s", c.kind, v, Version)
+		return fmt.Errorf("%s data has format version %s; this build reads version %s only (read it with the a2farm release that wrote it)", c.kind, v, Version)
 	}
 	return nil
 }

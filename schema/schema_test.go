@@ -309,3 +309,26 @@ func TestRequestDeltasRebuildEveryRequest(t *testing.T) {
 		t.Error("a delta keeping more messages than exist was accepted")
 	}
 }
+
+func TestPromptTokenDeltas(t *testing.T) {
+	prompts := [][]int32{{1, 2, 3}, {1, 2, 3, 7, 8, 4, 5}, nil, {9, 9}, {9, 9, 6, 4}}
+	completions := [][]int32{{7, 8}, {6}, {5}, {6}, {1}}
+	wantKeep := []int64{0, 5, 0, 0, 3}
+	tr := Trajectory{JobID: "j"}
+	var base []int32
+	for i, p := range prompts {
+		keep, added := TokenDelta(base, p)
+		if keep != wantKeep[i] || (p == nil) != (added == nil) {
+			t.Errorf("turn %d: keep %d (want %d), added %v", i, keep, wantKeep[i], added)
+		}
+		tr.Turns = append(tr.Turns, Turn{Index: int64(i), PromptTokenKeep: keep, PromptTokenIDs: added, TokenIDs: completions[i]})
+		base = nil
+		if p != nil {
+			base = append(slices.Clone(p), completions[i]...)
+		}
+	}
+	got, err := tr.PromptIDs()
+	if err != nil || !reflect.DeepEqual(got, prompts) {
+		t.Errorf("rebuilt prompts %v (%v), want %v", got, err, prompts)
+	}
+}

@@ -121,3 +121,38 @@ func TestStatusAndJobsRetry(t *testing.T) {
 		t.Errorf("the farm's consumer changed: %+v, %v", info.Config, err)
 	}
 }
+
+// TestStatusShowsWhyJobsWereGivenUp: a job no worker could serve is dead
+// with its reason, which status prints.
+func TestStatusShowsWhyJobsWereGivenUp(t *testing.T) {
+	srv := natstest.Server(t)
+	nc, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	ctx := context.Background()
+	b, err := bus.Open(ctx, js, bus.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.PutRun(ctx, &schema.RunManifest{RunID: "r", Samples: 1, Expected: 1, Created: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	const why = "worker w1 cannot serve the job's policy: model \"adapter-9\" has no endpoint here"
+	job := schema.Job{JobID: "r/0/i/0", RunID: "r", InstanceID: "i", Attempt: 1,
+		Policy: schema.Policy{Kind: "openai", Model: "adapter-9"}}
+	if err := b.GiveUp(ctx, job, 1, why); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := run(t, "status", "--nats", srv.ClientURL())
+	if code != 0 || !strings.Contains(out, "run r: 1 dead (requeue with `a2farm jobs retry`): "+why) {
+		t.Fatalf("status exit %d:\n%s%s", code, out, errOut)
+	}
+	code, out, _ = run(t, "status", "--json", "--nats", srv.ClientURL())
+	var st coordinator.FarmStatus
+	if code != 0 || json.Unmarshal([]byte(out), &st) != nil || st.Runs[0].DeadReasons[why] != 1 || st.Runs[0].Accounted != 1 {
+		t.Fatalf("status --json: %s", out)
+	}
+}

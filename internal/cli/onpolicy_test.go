@@ -16,6 +16,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 
 	"github.com/a2farm/a2farm/internal/policytest"
+	"github.com/a2farm/a2farm/learner/shard"
 	"github.com/a2farm/a2farm/schema"
 )
 
@@ -90,7 +91,51 @@ func TestShardsAreWhatThePolicySaw(t *testing.T) {
 			s := rollOutOnPolicy(t, textMode)
 			checkMessageRows(t, s.rows, s.requests)
 			checkTokenRows(t, s.tokens, s.rows, s.script.replies, len(s.requests))
+			checkManifest(t, s)
 		})
+	}
+}
+
+// checkManifest: the manifest reports the token sequences, and export
+// prints token shards like any other.
+func checkManifest(t *testing.T, s onPolicyShards) {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(s.dir, "manifest.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m shard.Manifest
+	if err := json.Unmarshal(data, &m); err != nil {
+		t.Fatal(err)
+	}
+	tokens, weighted := 0, 0
+	for _, r := range s.tokens {
+		tokens += len(r.InputIDs)
+	}
+	for _, r := range s.script.replies {
+		weighted += len(r.CompletionTokenID)
+	}
+	st := m.Tokens
+	if m.TokenRows != len(s.tokens) || st.Sequences != len(s.tokens) || st.Tokens != tokens || st.WeightedTokens != weighted ||
+		st.TurnsWithIDs != len(s.requests) || st.Merged != len(s.requests)-len(s.tokens) || m.TokenNote != "" ||
+		st.MergeRate != float64(st.Merged)/float64(st.Mergeable) {
+		t.Errorf("manifest token stats %+v (%d rows), want %d sequences of %d tokens, %d weighted", st, m.TokenRows, len(s.tokens), tokens, weighted)
+	}
+	code, out, errOut := run(t, "export", "--in", filepath.Join(s.dir, m.TokenFiles[0].Name), "--out", "-")
+	first, _, _ := strings.Cut(out, "\n")
+	var row map[string]any
+	if code != 0 || json.Unmarshal([]byte(first), &row) != nil || row["input_ids"] == nil || row["loss_weights"] == nil {
+		t.Errorf("export of a token shard: exit %d, first line %.200s %s", code, first, errOut)
+	}
+}
+
+// TestReplayNamesAVersionItCannotRead: an archive written by an earlier
+// format (version 2, before the request record) is refused by name.
+func TestReplayNamesAVersionItCannotRead(t *testing.T) {
+	code, _, errOut := run(t, "replay", "--archive", filepath.Join("testdata", "archive-v2"), "--gold", "unused.jsonl",
+		"--out", t.TempDir())
+	if code != exitError || !strings.Contains(errOut, "format version 2; this build reads version 3") {
+		t.Errorf("replay of a version-2 archive: exit %d: %s", code, errOut)
 	}
 }
 

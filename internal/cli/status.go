@@ -4,6 +4,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -85,10 +88,10 @@ func printStatus(w io.Writer, st *coordinator.FarmStatus) {
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	if len(st.Workers) > 0 {
-		fmt.Fprintln(tw, "WORKER\tHOST\tACTIVE\tDONE\tVERSION\tLAST SEEN")
+		fmt.Fprintln(tw, "WORKER\tHOST\tACTIVE\tDONE\tPOLICIES\tVERSION\tLAST SEEN")
 		for _, hb := range st.Workers {
-			fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%d\t%s\t%s ago\n", hb.ID, hb.Host, hb.Active, hb.Capacity, hb.Done,
-				hb.Version, st.At.Sub(hb.Updated).Round(time.Second))
+			fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%d\t%s\t%s\t%s ago\n", hb.ID, hb.Host, hb.Active, hb.Capacity, hb.Done,
+				strings.Join(hb.Policies, ","), hb.Version, st.At.Sub(hb.Updated).Round(time.Second))
 		}
 	}
 	if len(st.Runs) > 0 {
@@ -103,4 +106,14 @@ func printStatus(w io.Writer, st *coordinator.FarmStatus) {
 		}
 	}
 	tw.Flush()
+	for _, r := range st.Runs {
+		reasons := slices.Sorted(maps.Keys(r.DeadReasons))
+		for _, why := range reasons {
+			text := why
+			if text == "" {
+				text = "ran out of deliveries"
+			}
+			fmt.Fprintf(w, "run %s: %d dead (requeue with `a2farm jobs retry`): %s\n", r.RunID, r.DeadReasons[why], text)
+		}
+	}
 }
