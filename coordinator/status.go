@@ -26,11 +26,11 @@ type FarmStatus struct {
 
 // RunStatus is the progress of one run iteration.
 type RunStatus struct {
-	RunID     string    `json:"run_id"`
-	Iteration int64     `json:"iteration"`
-	Expected  int       `json:"expected"`
-	Accounted int       `json:"accounted"` // trajectories in the log, infra errors included
-	Dead      int       `json:"dead"`      // dead letters waiting for `jobs retry`
+	RunID     string `json:"run_id"`
+	Iteration int64  `json:"iteration"`
+	Expected  int    `json:"expected"`
+	Accounted int    `json:"accounted"` // trajectories in the log, infra errors included
+	Dead      int    `json:"dead"`      // dead letters waiting for `jobs retry`
 	// DeadReasons counts the dead letters by why their jobs were given up
 	// ("" when a job simply ran out of deliveries).
 	DeadReasons map[string]int `json:"dead_reasons,omitempty"`
