@@ -49,46 +49,49 @@ func TrainingData(lt Labeled, keepUnsuccessful bool) (Training, bool, error) {
 // messageRows cuts the trajectory into conversations. Turns a..b form one
 // when each request starts with the previous request and its reply; the
 // conversation is then request b followed by reply b, and the messages
-// before every reply t in it are exactly request t.
+// before every reply t in it are exactly request t. A request extends the
+// previous one exactly when its delta keeps all of that request and its
+// reply (the delta keeps the longest common prefix), so the requests are
+// rebuilt in place, each from the one before, with one copy per
+// conversation.
 func messageRows(lt Labeled) ([]schema.ShardRow, error) {
 	tr := lt.Trajectory
-	reqs, err := tr.Requests()
-	if err != nil {
-		return nil, err
-	}
 	tools, err := requestTools(tr)
 	if err != nil {
 		return nil, err
 	}
 	var rows []schema.ShardRow
+	var base []schema.Message // the previous request and its reply
+	reqLen := make([]int, len(tr.Turns))
 	first := 0
-	for t := range tr.Turns {
-		last := t == len(tr.Turns)-1
-		if !last && extends(reqs[t+1], reqs[t], tr.Turns[t].Response()) {
-			continue
+	for t, turn := range tr.Turns {
+		if turn.RequestKeep < 0 || turn.RequestKeep > int64(len(base)) {
+			return nil, fmt.Errorf("trajectory %s turn %d keeps %d messages of %d", tr.JobID, turn.Index, turn.RequestKeep, len(base))
 		}
-		rows = append(rows, lt.conversation(reqs, first, t, tools))
-		first = t + 1
+		var req []schema.Message
+		if t > 0 && turn.RequestKeep == int64(len(base)) {
+			req = append(base, turn.RequestAdded...) // extends: same conversation
+		} else {
+			if t > 0 {
+				rows = append(rows, lt.conversation(base, reqLen, first, t-1, tools))
+				first = t
+			}
+			req = append(slices.Clone(base[:turn.RequestKeep]), turn.RequestAdded...)
+		}
+		reqLen[t] = len(req)
+		base = append(req, turn.Response())
+	}
+	if len(tr.Turns) > 0 {
+		rows = append(rows, lt.conversation(base, reqLen, first, len(tr.Turns)-1, tools))
 	}
 	return rows, nil
 }
 
-// extends reports whether next starts with prev followed by reply.
-func extends(next, prev []schema.Message, reply schema.Message) bool {
-	if len(next) < len(prev)+1 || !schema.MessagesEqual(next[len(prev)], reply) {
-		return false
-	}
-	for i := range prev {
-		if !schema.MessagesEqual(next[i], prev[i]) {
-			return false
-		}
-	}
-	return true
-}
-
-func (lt Labeled) conversation(reqs [][]schema.Message, first, last int, tools []schema.ToolSpec) schema.ShardRow {
+// conversation is the row of turns first..last: msgs is request last and
+// its reply, reqLen the length of every turn's request.
+func (lt Labeled) conversation(msgs []schema.Message, reqLen []int, first, last int, tools []schema.ToolSpec) schema.ShardRow {
 	tr := lt.Trajectory
-	msgs := append(slices.Clone(reqs[last]), tr.Turns[last].Response())
+	msgs = slices.Clip(msgs)
 	row := schema.ShardRow{
 		Span: tr.Span(tr.Turns[first].Index, tr.Turns[last].Index), Messages: msgs, Tools: tools,
 		F1: schema.LevelStats{File: lt.Labels.F1[0], Module: lt.Labels.F1[1], Entity: lt.Labels.F1[2]},
@@ -100,7 +103,7 @@ func (lt Labeled) conversation(reqs [][]schema.Message, first, last int, tools [
 	// same reply, weight 0 here.
 	trainedAt := map[int]int{}
 	for t := first; t <= last; t++ {
-		trainedAt[len(reqs[t])] = t
+		trainedAt[reqLen[t]] = t
 	}
 	for i, m := range msgs {
 		if m.Role != "assistant" {
@@ -158,39 +161,44 @@ func requestTools(tr schema.Trajectory) ([]schema.ToolSpec, error) {
 // a trim — it starts another. Turns without ids are left out.
 func tokenRows(lt Labeled) ([]schema.TokenRow, shard.TokenStats, error) {
 	tr := lt.Trajectory
-	prompts, err := tr.PromptIDs()
-	if err != nil {
-		return nil, shard.TokenStats{}, err
-	}
 	var rows []schema.TokenRow
 	var st shard.TokenStats
+	// base is the previous turn's prompt and completion ids — its whole
+	// sequence — or nil when that turn had none. A prompt extends the
+	// sequence exactly when its delta keeps all of base, since the delta
+	// keeps the longest common prefix.
+	var base []int32
 	cur := -1 // the sequence the next turn may join
 	for i, turn := range tr.Turns {
-		prompt := prompts[i]
-		if len(prompt) == 0 || len(turn.TokenIDs) == 0 {
+		if turn.PromptTokenIDs == nil || len(turn.TokenIDs) == 0 {
 			st.TurnsWithoutIDs++
-			cur = -1
+			base, cur = nil, -1
 			continue
+		}
+		if turn.PromptTokenKeep < 0 || turn.PromptTokenKeep > int64(len(base)) {
+			return nil, shard.TokenStats{}, fmt.Errorf("trajectory %s turn %d keeps %d prompt ids of %d", tr.JobID, turn.Index, turn.PromptTokenKeep, len(base))
 		}
 		st.TurnsWithIDs++
 		st.WeightedTokens += len(turn.TokenIDs)
 		w := float32(lt.Weights[i])
 		if cur >= 0 {
 			st.Mergeable++
-			seq := &rows[cur]
-			if len(prompt) >= len(seq.InputIDs) && slices.Equal(prompt[:len(seq.InputIDs)], seq.InputIDs) {
-				st.Merged++
-				fresh := prompt[len(seq.InputIDs):]
-				seq.InputIDs = append(append(seq.InputIDs, fresh...), turn.TokenIDs...)
-				seq.LossWeights = appendRepeat(appendRepeat(seq.LossWeights, 0, len(fresh)), w, len(turn.TokenIDs))
-				seq.LastTurn = turn.Index
-				continue
-			}
 		}
-		rows = append(rows, schema.TokenRow{Span: tr.Span(turn.Index, turn.Index),
-			InputIDs:    append(slices.Clone(prompt), turn.TokenIDs...),
-			LossWeights: appendRepeat(make([]float32, len(prompt)), w, len(turn.TokenIDs))})
-		cur = len(rows) - 1
+		if cur >= 0 && turn.PromptTokenKeep == int64(len(base)) {
+			st.Merged++
+			seq := &rows[cur]
+			seq.InputIDs = append(append(seq.InputIDs, turn.PromptTokenIDs...), turn.TokenIDs...)
+			seq.LossWeights = appendRepeat(appendRepeat(seq.LossWeights, 0, len(turn.PromptTokenIDs)), w, len(turn.TokenIDs))
+			seq.LastTurn = turn.Index
+		} else {
+			n := int(turn.PromptTokenKeep) + len(turn.PromptTokenIDs)
+			ids := make([]int32, 0, n+len(turn.TokenIDs))
+			ids = append(append(append(ids, base[:turn.PromptTokenKeep]...), turn.PromptTokenIDs...), turn.TokenIDs...)
+			rows = append(rows, schema.TokenRow{Span: tr.Span(turn.Index, turn.Index), InputIDs: ids,
+				LossWeights: appendRepeat(make([]float32, n, len(ids)), w, len(turn.TokenIDs))})
+			cur = len(rows) - 1
+		}
+		base = rows[cur].InputIDs // a sequence is always its last turn's prompt and completion
 	}
 	for _, r := range rows {
 		st.Sequences++

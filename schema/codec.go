@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"time"
 
@@ -215,6 +216,9 @@ func listConverter(t reflect.Type) (converter, error) {
 	if err != nil {
 		return converter{}, err
 	}
+	if c, ok := numericListConverter(t, elem); ok {
+		return c, nil
+	}
 	return converter{
 		dtype:    arrow.ListOfField(arrow.Field{Name: "element", Type: elem.dtype, Nullable: elem.nullable}),
 		nullable: true,
@@ -248,6 +252,65 @@ func listConverter(t reflect.Type) (converter, error) {
 			return nil
 		},
 	}, nil
+}
+
+// numericListConverter copies lists of plain numbers (token ids, log
+// probabilities, weights) in one call per list instead of one reflected
+// call per element: token shards hold millions of ids.
+func numericListConverter(t reflect.Type, elem converter) (converter, bool) {
+	if t.Elem().Name() != t.Elem().Kind().String() { // a named type, e.g. time.Duration: keep the general path
+		return converter{}, false
+	}
+	var appendAll func(vb array.Builder, v reflect.Value)
+	var decodeAll func(values arrow.Array, start, end int64) reflect.Value
+	switch t.Elem().Kind() {
+	case reflect.Int32:
+		appendAll, decodeAll = numbers(func(a arrow.Array) []int32 { return a.(*array.Int32).Int32Values() })
+	case reflect.Int64:
+		appendAll, decodeAll = numbers(func(a arrow.Array) []int64 { return a.(*array.Int64).Int64Values() })
+	case reflect.Float32:
+		appendAll, decodeAll = numbers(func(a arrow.Array) []float32 { return a.(*array.Float32).Float32Values() })
+	case reflect.Float64:
+		appendAll, decodeAll = numbers(func(a arrow.Array) []float64 { return a.(*array.Float64).Float64Values() })
+	default:
+		return converter{}, false
+	}
+	return converter{
+		dtype:    arrow.ListOfField(arrow.Field{Name: "element", Type: elem.dtype, Nullable: elem.nullable}),
+		nullable: true,
+		enc: func(b array.Builder, v reflect.Value) {
+			lb := b.(*array.ListBuilder)
+			if v.IsNil() {
+				lb.AppendNull()
+				return
+			}
+			lb.Append(true)
+			appendAll(lb.ValueBuilder(), v)
+		},
+		dec: func(a arrow.Array, i int, v reflect.Value) error {
+			la := a.(*array.List)
+			if la.IsNull(i) {
+				v.Set(reflect.Zero(t))
+				return nil
+			}
+			start, end := la.ValueOffsets(i)
+			v.Set(decodeAll(la.ListValues(), start, end)) // a null element (another writer's) reads as 0
+			return nil
+		},
+	}, true
+}
+
+// numbers copies a whole list of T into a builder, and a range of an
+// array's values out, given how to read the array's values.
+func numbers[T int32 | int64 | float32 | float64](values func(arrow.Array) []T) (
+	appendAll func(array.Builder, reflect.Value), decodeAll func(arrow.Array, int64, int64) reflect.Value) {
+	appendAll = func(vb array.Builder, v reflect.Value) {
+		vb.(interface{ AppendValues([]T, []bool) }).AppendValues(v.Interface().([]T), nil)
+	}
+	decodeAll = func(a arrow.Array, start, end int64) reflect.Value {
+		return reflect.ValueOf(slices.Clone(values(a)[start:end]))
+	}
+	return appendAll, decodeAll
 }
 
 func structConverter(t reflect.Type) (converter, error) {

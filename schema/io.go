@@ -69,6 +69,12 @@ func parquetProperties() (*parquet.WriterProperties, pqarrow.ArrowWriterProperti
 	props := parquet.NewWriterProperties(
 		parquet.WithCompression(compress.Codecs.Zstd),
 		parquet.WithStats(true),
+		// Token shards hold millions of values: a dictionary costs a hash
+		// lookup per value (most of their write time) and gains nothing —
+		// ids take most of a vocabulary, and zstd packs the long runs of
+		// equal loss weights as well as dictionary runs would.
+		parquet.WithDictionaryFor("input_ids.list.element", false),
+		parquet.WithDictionaryFor("loss_weights.list.element", false),
 	)
 	return props, pqarrow.NewArrowWriterProperties(pqarrow.WithStoreSchema())
 }

@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -31,6 +33,9 @@ type farmRun struct {
 	// dispatch is publish → a worker starts the job, in publish order
 	// (later jobs include their wait for a free slot).
 	dispatch []time.Duration
+	// heapGrowth is the peak heap in use during the run above the heap
+	// before it (sampled every 50 ms).
+	heapGrowth uint64
 }
 
 // benchServer connects to the JetStream server named by A2FARM_BENCH_NATS
@@ -93,6 +98,28 @@ func runFarm(tb testing.TB, l *sample.Layout, runID string, samples, concurrency
 	if err != nil {
 		tb.Fatal(err)
 	}
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	baseHeap := ms.HeapInuse
+	var peakHeap atomic.Uint64
+	sampling := make(chan struct{})
+	go func() {
+		t := time.NewTicker(50 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-sampling:
+				return
+			case <-t.C:
+				var ms runtime.MemStats
+				runtime.ReadMemStats(&ms)
+				if ms.HeapInuse > peakHeap.Load() {
+					peakHeap.Store(ms.HeapInuse)
+				}
+			}
+		}
+	}()
 	start, cpuStart := time.Now(), processCPU(tb)
 	for _, inst := range l.Instances {
 		for s := range int64(samples) {
@@ -124,6 +151,7 @@ func runFarm(tb testing.TB, l *sample.Layout, runID string, samples, concurrency
 		}
 	}
 	wall, cpu := time.Since(start), processCPU(tb)-cpuStart
+	close(sampling)
 	stop()
 	if err := <-done; err != nil {
 		tb.Fatal(err)
@@ -131,6 +159,9 @@ func runFarm(tb testing.TB, l *sample.Layout, runID string, samples, concurrency
 	mu.Lock()
 	defer mu.Unlock()
 	r := farmRun{wall: wall, cpu: cpu}
+	if peak := peakHeap.Load(); peak > baseHeap {
+		r.heapGrowth = peak - baseHeap
+	}
 	for _, id := range order {
 		r.dispatch = append(r.dispatch, started[id])
 	}
@@ -251,11 +282,16 @@ func BenchmarkFarmEfficiency1sTurn(b *testing.B) {
 	ideal := time.Duration((episodes+concurrency-1)/concurrency) * 3 * time.Second
 	var wall time.Duration
 	var dispatch []time.Duration
+	var heap uint64
 	for i := range b.N {
 		r := runFarm(b, l, fmt.Sprintf("eff%d-%d", b.N, i), samples, concurrency, pol)
 		wall += r.wall
 		dispatch = append(dispatch, r.dispatch[:concurrency]...)
+		heap = max(heap, r.heapGrowth)
 	}
+	// An upper bound of a worker's memory per episode in flight: the
+	// in-process server and policy stand-in grow with the load too.
+	b.ReportMetric(float64(heap)/1024/concurrency, "heap-KiB/episode")
 	b.ReportMetric(float64(ideal)*float64(b.N)/float64(wall), "efficiency")
 	b.ReportMetric(float64(episodes*b.N)/wall.Seconds(), "rollouts/s")
 	b.ReportMetric(float64(quantile(dispatch, 0.5).Microseconds())/1e3, "dispatch-p50-ms")

@@ -148,7 +148,15 @@ func (r *Recorder) Reset() {
 // the new messages. With StripReasoning the history renders assistant
 // messages without their reasoning (as Qwen3's template does), which
 // breaks that prefix after a reply with reasoning.
-type Template struct{ StripReasoning bool }
+//
+// BytesPerToken > 1 makes a token of every run of that many bytes of a
+// message's text (a rough stand-in for a BPE tokenizer's ~4 bytes per
+// token, for size measurements); runs never cross message boundaries, so
+// the prefix property holds as before.
+type Template struct {
+	StripReasoning bool
+	BytesPerToken  int
+}
 
 var roleIDs = map[string]int32{"system": 3, "user": 4, "assistant": 5, "tool": 6}
 
@@ -157,19 +165,18 @@ func (t Template) Prompt(msgs []schema.Message) []int32 {
 	var ids []int32
 	for _, m := range msgs {
 		ids = append(ids, 1, roleIDs[m.Role])
+		text := m.Content + toolCallText(m.ToolCalls)
 		if !t.StripReasoning || m.Role != "assistant" {
-			ids = appendBytes(ids, m.Reasoning)
+			text = m.Reasoning + text
 		}
-		ids = appendBytes(appendBytes(ids, m.Content), toolCallText(m.ToolCalls))
-		ids = append(ids, 2)
+		ids = append(t.appendText(ids, text), 2)
 	}
 	return append(ids, 1, roleIDs["assistant"])
 }
 
 // Completion renders a reply as the tokens it was generated as.
 func (t Template) Completion(r Reply) []int32 {
-	ids := appendBytes(appendBytes(appendBytes(nil, r.Reasoning), r.Content), toolCallText(r.ToolCalls))
-	return append(ids, 2)
+	return append(t.appendText(nil, r.Reasoning+r.Content+toolCallText(r.ToolCalls)), 2)
 }
 
 func toolCallText(calls []schema.ToolCall) string {
@@ -180,9 +187,14 @@ func toolCallText(calls []schema.ToolCall) string {
 	return string(data)
 }
 
-func appendBytes(ids []int32, s string) []int32 {
-	for i := 0; i < len(s); i++ {
-		ids = append(ids, int32(s[i])+10)
+func (t Template) appendText(ids []int32, s string) []int32 {
+	n := max(1, t.BytesPerToken)
+	for i := 0; i < len(s); i += n {
+		var id int32 = 10
+		for _, c := range []byte(s[i:min(i+n, len(s))]) {
+			id = id*31 + int32(c)
+		}
+		ids = append(ids, id&0x7fffffff)
 	}
 	return ids
 }

@@ -15,6 +15,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/a2farm/a2farm/internal/atomicfile"
@@ -93,7 +94,9 @@ func (s *TokenStats) Add(o TokenStats) {
 // NoTokenIDs is the manifest's note when no turn carried token ids.
 const NoTokenIDs = "no turn of these trajectories carried token ids (the run did not ask the server for them: --return-token-ids); only message shards were written"
 
-// Writer buffers rows and writes them out in shards.
+// Writer buffers rows and writes them out in shards. Files are encoded
+// and written in the background — one file of each kind at a time, in
+// order — while the caller builds the next rows; Close waits for them.
 type Writer struct {
 	cfg         Config
 	buf         []schema.ShardRow
@@ -101,6 +104,12 @@ type Writer struct {
 	tokens      []schema.TokenRow
 	tokensBytes int64
 	manifest    Manifest
+	// messageSlot and tokenSlot hold the one write of each kind in
+	// flight; mu guards the manifest's file lists and err while writes
+	// finish.
+	messageSlot, tokenSlot chan struct{}
+	mu                     sync.Mutex
+	err                    error
 }
 
 // NewWriter creates the shard folder.
@@ -120,7 +129,8 @@ func NewWriter(cfg Config) (*Writer, error) {
 	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
 		return nil, err
 	}
-	return &Writer{cfg: cfg, manifest: Manifest{FormatVersion: schema.Version, Params: cfg.Params}}, nil
+	return &Writer{cfg: cfg, manifest: Manifest{FormatVersion: schema.Version, Params: cfg.Params},
+		messageSlot: make(chan struct{}, 1), tokenSlot: make(chan struct{}, 1)}, nil
 }
 
 // Add buffers a row, writing a shard when a limit is reached.
@@ -164,30 +174,62 @@ func rowBytes(r schema.ShardRow) int64 {
 
 func (w *Writer) flush() error {
 	if len(w.buf) == 0 {
-		return nil
+		return w.failed()
 	}
-	f, err := writeFile(w.cfg.Dir, fmt.Sprintf("shard-%05d.parquet", len(w.manifest.Files)), schema.ShardCodec(), w.buf)
-	if err != nil {
-		return err
-	}
-	w.manifest.Files = append(w.manifest.Files, f)
-	w.manifest.Rows += f.Rows
-	w.buf, w.bufBytes = w.buf[:0], 0
-	return nil
+	name := fmt.Sprintf("shard-%05d.parquet", len(w.manifest.Files))
+	w.manifest.Rows += len(w.buf)
+	rows := w.buf
+	w.buf, w.bufBytes = nil, 0
+	return background(w, w.messageSlot, &w.manifest.Files, name, schema.ShardCodec(), rows)
 }
 
 func (w *Writer) flushTokens() error {
 	if len(w.tokens) == 0 {
-		return nil
+		return w.failed()
 	}
-	f, err := writeFile(w.cfg.Dir, fmt.Sprintf("tokens-%05d.parquet", len(w.manifest.TokenFiles)), schema.TokenCodec(), w.tokens)
-	if err != nil {
-		return err
-	}
-	w.manifest.TokenFiles = append(w.manifest.TokenFiles, f)
-	w.manifest.TokenRows += f.Rows
-	w.tokens, w.tokensBytes = w.tokens[:0], 0
-	return nil
+	name := fmt.Sprintf("tokens-%05d.parquet", len(w.manifest.TokenFiles))
+	w.manifest.TokenRows += len(w.tokens)
+	rows := w.tokens
+	w.tokens, w.tokensBytes = nil, 0
+	return background(w, w.tokenSlot, &w.manifest.TokenFiles, name, schema.TokenCodec(), rows)
+}
+
+// background writes a file once the previous one of its kind is done,
+// recording it in files in order; it returns the first error of any
+// earlier write.
+func background[T any](w *Writer, slot chan struct{}, files *[]File, name string, codec *schema.Codec[T], rows []T) error {
+	slot <- struct{}{}
+	w.mu.Lock()
+	*files = append(*files, File{Name: name})
+	i := len(*files) - 1
+	err := w.err
+	w.mu.Unlock()
+	go func() {
+		defer func() { <-slot }()
+		f, err := writeFile(w.cfg.Dir, name, codec, rows)
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		(*files)[i] = f
+		if err != nil && w.err == nil {
+			w.err = fmt.Errorf("shard %s: %w", name, err)
+		}
+	}()
+	return err
+}
+
+// wait lets every write finish and returns the first error.
+func (w *Writer) wait() error {
+	w.messageSlot <- struct{}{}
+	w.tokenSlot <- struct{}{}
+	<-w.messageSlot
+	<-w.tokenSlot
+	return w.failed()
+}
+
+func (w *Writer) failed() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.err
 }
 
 // writeFile writes rows as one Parquet file, durably, and describes it.
@@ -229,6 +271,9 @@ func (w *Writer) Close() (*Manifest, error) {
 		return nil, err
 	}
 	if err := w.flushTokens(); err != nil {
+		return nil, err
+	}
+	if err := w.wait(); err != nil {
 		return nil, err
 	}
 	if w.manifest.Tokens.TurnsWithIDs == 0 && w.manifest.Rows > 0 {
