@@ -75,6 +75,9 @@ func parquetProperties() (*parquet.WriterProperties, pqarrow.ArrowWriterProperti
 		// equal loss weights as well as dictionary runs would.
 		parquet.WithDictionaryFor("input_ids.list.element", false),
 		parquet.WithDictionaryFor("loss_weights.list.element", false),
+		// Ids are close to random bytes to a compressor: its fastest level
+		// packs them as well as the default at twice the speed.
+		parquet.WithCompressionLevelFor("input_ids.list.element", 1),
 	)
 	return props, pqarrow.NewArrowWriterProperties(pqarrow.WithStoreSchema())
 }
