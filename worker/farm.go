@@ -97,7 +97,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := cfg.validate(); err != nil {
 		return err
 	}
-	w := &farmWorker{cfg: cfg, indexes: map[string]*indexEntry{}}
+	w := &farmWorker{cfg: cfg, indexes: map[string]*indexEntry{}, lacks: map[string]time.Time{}, beat: make(chan struct{}, 1)}
 	// Episodes run under their own context, cancelled only after the
 	// grace period, so that a stop request does not cut them short.
 	workCtx, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
@@ -183,6 +183,12 @@ type farmWorker struct {
 	// idle holds the keys of built indexes no episode uses, least
 	// recently released first; at most cfg.KeepIndexes of them.
 	idle []string
+	// lacks holds the snapshots ("owner/name@commit") this worker found
+	// missing from its repositories, and when; heartbeats advertise them
+	// so that others pass such jobs on, and status shows them.
+	lacks map[string]time.Time
+	// beat asks for a heartbeat now: what the worker lacks changed.
+	beat chan struct{}
 }
 
 type indexEntry struct {
@@ -318,7 +324,7 @@ func (w *farmWorker) runJob(ctx context.Context, job schema.Job, msg jetstream.M
 	idx, release, err := w.index(ctx, job.Repo, job.BaseCommit)
 	if err != nil {
 		if errors.Is(err, gitrepo.ErrNotFound) {
-			return Permanent(fmt.Errorf("snapshot %s@%s: %w", job.Repo, job.BaseCommit, err))
+			return w.lacksSnapshot(ctx, job, msg, err)
 		}
 		return RetryAfter(err, 10*time.Second)
 	}
@@ -373,6 +379,79 @@ func (w *farmWorker) cannotServe(ctx context.Context, job schema.Job, msg jetstr
 	return nil
 }
 
+// lacksForget is how long a worker remembers, and advertises, a snapshot
+// it did not have (a mirror may be updated meanwhile).
+const lacksForget = 10 * time.Minute
+
+// lacksSnapshot settles a job whose repository or commit this worker does
+// not have. Another live worker that has not said it lacks the snapshot
+// gets the job (handed off: no delivery spent); with none, the job waits
+// in the queue for one (a delayed redelivery) and is given up, with the
+// reason, only on its last delivery — then `jobs retry` requeues it.
+func (w *farmWorker) lacksSnapshot(ctx context.Context, job schema.Job, msg jetstream.Msg, why error) error {
+	snapshot := job.Repo + "@" + job.BaseCommit
+	w.mu.Lock()
+	_, known := w.lacks[snapshot]
+	w.lacks[snapshot] = time.Now()
+	w.mu.Unlock()
+	if !known {
+		select { // tell the others at once, so that they do not pass it back
+		case w.beat <- struct{}{}:
+		default:
+		}
+	}
+	ctx = context.WithoutCancel(ctx)
+	if job.Handoffs < maxHandoffs && w.othersMayHave(ctx, snapshot) {
+		if err := w.cfg.Bus.HandOff(ctx, job); err != nil {
+			return RetryAfter(err, 2*time.Second)
+		}
+		return nil
+	}
+	deliveries := w.cfg.Bus.MaxDeliver()
+	if md, err := msg.Metadata(); err == nil {
+		deliveries = int(md.NumDelivered)
+	}
+	if deliveries < w.cfg.Bus.MaxDeliver() {
+		return RetryAfter(fmt.Errorf("snapshot %s: %w", snapshot, why), w.cfg.Bus.AckWait())
+	}
+	reason := fmt.Sprintf("no live worker has snapshot %s (worker %s: %v)", snapshot, w.cfg.WorkerID, why)
+	if err := w.cfg.Bus.GiveUp(ctx, job, deliveries, reason); err != nil {
+		return RetryAfter(fmt.Errorf("give up %s: %w", job.JobID, err), 5*time.Second)
+	}
+	w.cfg.Log.Error().Str("job", job.JobID).Str("reason", reason).Msg("job given up")
+	return nil
+}
+
+// othersMayHave reports whether another live worker has not reported
+// lacking the snapshot.
+func (w *farmWorker) othersMayHave(ctx context.Context, snapshot string) bool {
+	live, err := w.cfg.Bus.LiveWorkers(ctx)
+	if err != nil {
+		return true // cannot tell: pass it on rather than give it up
+	}
+	for _, hb := range live {
+		if hb.ID != w.cfg.WorkerID && !slices.Contains(hb.Lacks, snapshot) {
+			return true
+		}
+	}
+	return false
+}
+
+// lacking lists the snapshots this worker lacked recently, forgetting old
+// ones; the caller holds w.mu.
+func (w *farmWorker) lacking() []string {
+	var out []string
+	for s, at := range w.lacks {
+		if time.Since(at) > lacksForget {
+			delete(w.lacks, s)
+			continue
+		}
+		out = append(out, s)
+	}
+	slices.Sort(out)
+	return out
+}
+
 // othersOffer reports whether another live worker advertises the policy.
 func (w *farmWorker) othersOffer(ctx context.Context, p schema.Policy) bool {
 	live, err := w.cfg.Bus.LiveWorkers(ctx)
@@ -395,7 +474,7 @@ func (w *farmWorker) heartbeat(ctx context.Context, done chan<- struct{}) {
 	put := func(c context.Context) {
 		w.mu.Lock()
 		hb := bus.Heartbeat{ID: w.cfg.WorkerID, Host: host, Active: w.active, Capacity: w.cfg.Concurrency, Done: w.done,
-			Version: w.cfg.Version, Policies: w.cfg.Policies.Offers(), Updated: time.Now().UTC()}
+			Version: w.cfg.Version, Policies: w.cfg.Policies.Offers(), Lacks: w.lacking(), Updated: time.Now().UTC()}
 		w.mu.Unlock()
 		data, _ := json.Marshal(hb)
 		if _, err := w.cfg.Bus.Workers.Put(c, w.cfg.WorkerID, data); err != nil {
@@ -408,6 +487,8 @@ func (w *farmWorker) heartbeat(ctx context.Context, done chan<- struct{}) {
 	for {
 		select {
 		case <-t.C:
+			put(ctx)
+		case <-w.beat:
 			put(ctx)
 		case <-ctx.Done():
 			c, cancel := context.WithTimeout(context.Background(), 2*time.Second)

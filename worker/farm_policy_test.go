@@ -249,9 +249,13 @@ func TestAJobIsNeverPlayedByAnotherPolicy(t *testing.T) {
 				t.Errorf("%s: status %s, %d turns, policy %+v, error %q", id, tr.Status, len(tr.Turns), tr.Policy, tr.Error)
 			}
 		}
-		dead, err := f.b.DeadLetters(f.ctx, runID)
-		if err != nil || len(dead) != 4 {
-			t.Fatalf("%d dead letters (%v), want 4", len(dead), err)
+		// A dead letter is stored right after its job's trajectory.
+		var dead []bus.DeadLetter
+		for deadline := time.Now().Add(5 * time.Second); len(dead) < 4 && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			dead, _ = f.b.DeadLetters(f.ctx, runID)
+		}
+		if len(dead) != 4 {
+			t.Fatalf("%d dead letters, want 4", len(dead))
 		}
 		for _, dl := range dead {
 			if !strings.Contains(dl.Reason, "serves-a cannot serve") {
@@ -261,5 +265,53 @@ func TestAJobIsNeverPlayedByAnotherPolicy(t *testing.T) {
 	}
 	if n := len(srv.Bodies()); n != 0 {
 		t.Errorf("the policy server saw %d requests for jobs nobody serves", n)
+	}
+}
+
+// TestAWorkerWithoutTheRepositoryPassesTheJobOn: a worker whose
+// repositories lack a job's snapshot hands the job to one that has it; no
+// job is lost or given up, and the worker advertises what it lacks.
+func TestAWorkerWithoutTheRepositoryPassesTheJobOn(t *testing.T) {
+	f := newPolicyFarm(t)
+	reg, err := policy.NewRegistry(policy.RegistryConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	empty := gitrepo.NewSet(t.TempDir())
+	defer empty.Close()
+	ctx, cancel := context.WithCancel(f.ctx)
+	var wg sync.WaitGroup
+	for _, w := range []struct {
+		id    string
+		repos *gitrepo.Set
+	}{{"no-repos", empty}, {"has-repos", f.repos}} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := Run(ctx, Config{Bus: f.b, Repos: w.repos, Policies: reg, Concurrency: 4, Grace: time.Second,
+				WorkerID: w.id, Log: zerolog.Nop()}); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	defer func() { cancel(); wg.Wait() }()
+	spec := schema.RunSpec{Seed: 1, Policy: schema.Policy{Kind: policy.KindHeuristic}, Limits: schema.Limits{MaxToolCalls: 20, MaxContextTokens: 40000}}
+	for id, tr := range f.run("split", 6, spec) {
+		if tr.Status != schema.StatusOK || tr.WorkerID != "has-repos" {
+			t.Errorf("%s: status %s (%s) by %s", id, tr.Status, tr.Error, tr.WorkerID)
+		}
+	}
+	if dead, _ := f.b.DeadCount(f.ctx, "split"); dead != 0 {
+		t.Errorf("%d jobs dead-lettered although a worker had the repository", dead)
+	}
+	live, err := f.b.LiveWorkers(f.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, hb := range live {
+		want := hb.ID == "no-repos"
+		if got := len(hb.Lacks) > 0; got != want {
+			t.Errorf("worker %s advertises lacking %v", hb.ID, hb.Lacks)
+		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -26,7 +27,9 @@ import (
 func TestFarmWorkersRunEveryJobOnce(t *testing.T) {
 	_, js := natstest.New(t)
 	ctx := context.Background()
-	b, err := bus.Open(ctx, js, bus.DefaultConfig())
+	cfg := bus.DefaultConfig()
+	cfg.AckWait, cfg.MaxDeliver = time.Second, 2 // the ghost job waits one redelivery for a worker that has it
+	b, err := bus.Open(ctx, js, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +52,8 @@ func TestFarmWorkersRunEveryJobOnce(t *testing.T) {
 			}
 		}
 	}
-	// A job for a repository nobody has is terminated, not retried.
+	// A job for a repository nobody has waits for a worker that has it,
+	// then is given up with the reason on its last delivery.
 	if err := b.PublishJob(ctx, schema.Job{JobID: "run1/0/ghost/0", RunID: "run1", InstanceID: "ghost", Repo: "no/such", BaseCommit: "abc1234",
 		Policy: schema.Policy{Kind: policy.KindHeuristic}}); err != nil {
 		t.Fatal(err)
@@ -80,7 +84,7 @@ func TestFarmWorkersRunEveryJobOnce(t *testing.T) {
 	}
 	got := map[string]int{}
 	deadline := time.Now().Add(60 * time.Second)
-	for len(got) < len(want) && time.Now().Before(deadline) {
+	for len(got) < len(want)+1 && time.Now().Before(deadline) {
 		msg, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
 		if err != nil {
 			continue
@@ -90,6 +94,12 @@ func TestFarmWorkersRunEveryJobOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 		got[tr.JobID]++
+		if tr.JobID == "run1/0/ghost/0" {
+			if tr.Status != schema.StatusInfraError || !strings.Contains(tr.Error, "no live worker has snapshot no/such@abc1234") {
+				t.Errorf("the ghost job's trajectory: %s %q", tr.Status, tr.Error)
+			}
+			continue
+		}
 		if tr.Status != schema.StatusOK || tr.WorkerID == "" || len(tr.Turns) == 0 {
 			t.Errorf("trajectory %s: status %s worker %q turns %d", tr.JobID, tr.Status, tr.WorkerID, len(tr.Turns))
 		}
@@ -105,15 +115,19 @@ func TestFarmWorkersRunEveryJobOnce(t *testing.T) {
 			t.Errorf("job %s produced %d trajectories", id, got[id])
 		}
 	}
-	if info, err := b.Traj.Info(ctx); err != nil || info.State.Msgs != uint64(len(want)) {
-		t.Errorf("trajectory log holds %v messages, want %d (%v)", info.State.Msgs, len(want), err)
+	if info, err := b.Traj.Info(ctx); err != nil || info.State.Msgs != uint64(len(want)+1) {
+		t.Errorf("trajectory log holds %v messages, want %d (%v)", info.State.Msgs, len(want)+1, err)
 	}
 	pending, inFlight, err := b.QueueDepth(ctx)
 	if err != nil || pending != 0 || inFlight != 0 {
 		t.Errorf("queue depth %d+%d after the run (%v)", pending, inFlight, err)
 	}
-	if outcomes["run1/0/ghost/0"] != "term" {
-		t.Errorf("the unknown repository's job ended with %q, want term", outcomes["run1/0/ghost/0"])
+	if outcomes["run1/0/ghost/0"] != "ack" || got["run1/0/ghost/0"] != 1 {
+		t.Errorf("the unknown repository's job ended with %q and %d trajectories, want one given-up trajectory",
+			outcomes["run1/0/ghost/0"], got["run1/0/ghost/0"])
+	}
+	if dead, err := b.DeadLetters(ctx, "run1"); err != nil || len(dead) != 1 || !strings.Contains(dead[0].Reason, "no/such@abc1234") {
+		t.Errorf("dead letters %+v (%v), want the ghost job with its reason", dead, err)
 	}
 	if keys, _ := b.Workers.Keys(ctx); len(keys) != 0 {
 		t.Errorf("stopped workers still heartbeat: %v", keys)

@@ -232,8 +232,11 @@ type Heartbeat struct {
 	Version  string `json:"version"`
 	// Policies are what the worker can play: policy kinds, and
 	// "openai:MODEL" or "openai:*" for the models its endpoints serve.
-	Policies []string  `json:"policies,omitempty"`
-	Updated  time.Time `json:"updated"`
+	Policies []string `json:"policies,omitempty"`
+	// Lacks are snapshots ("owner/name@commit") the worker was asked for
+	// recently and does not have.
+	Lacks   []string  `json:"lacks,omitempty"`
+	Updated time.Time `json:"updated"`
 }
 
 // HeartbeatTTL is how long a worker's heartbeat lives.
@@ -387,6 +390,10 @@ func (b *Bus) deadLetter(ctx context.Context, dl DeadLetter) error {
 	}
 	return nil
 }
+
+// AckWait is how long a delivered job may go without an acknowledgement
+// or a progress signal before it is redelivered.
+func (b *Bus) AckWait() time.Duration { return b.cfg.AckWait }
 
 // MaxDeliver is how many times a job is delivered before it is dead.
 func (b *Bus) MaxDeliver() int { return b.cfg.MaxDeliver }

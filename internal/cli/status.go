@@ -106,6 +106,11 @@ func printStatus(w io.Writer, st *coordinator.FarmStatus) {
 		}
 	}
 	tw.Flush()
+	for _, hb := range st.Workers {
+		if len(hb.Lacks) > 0 {
+			fmt.Fprintf(w, "worker %s lacks (passes their jobs on): %s\n", hb.ID, strings.Join(hb.Lacks, ", "))
+		}
+	}
 	for _, r := range st.Runs {
 		reasons := slices.Sorted(maps.Keys(r.DeadReasons))
 		for _, why := range reasons {
