@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/a2farm/a2farm/internal/bus"
 	"github.com/a2farm/a2farm/schema"
@@ -20,14 +23,20 @@ type RunConfig struct {
 	Samples   int
 	// Spec is what acts in every job, and the limits of its episodes.
 	Spec schema.RunSpec
+	// Rerun publishes a new attempt of every job of a run that exists.
+	Rerun bool
 	// Progress, when set, is told about every published job.
 	Progress func(done, total int)
 }
 
-// Publish stores the run manifest and publishes issue × N jobs. Job ids
-// are message ids, so running it again (a restarted coordinator) queues
-// nothing twice.
-func Publish(ctx context.Context, cfg RunConfig) (*schema.RunManifest, error) {
+// Publish stores the run manifest and publishes issue × N jobs. Running
+// it again for the same run and iteration publishes only what is missing:
+// nothing when every job has a trajectory (Published then says so), the
+// jobs without one otherwise — job ids are message ids, so a job still in
+// the queue is not stored twice within the dedup window. Rerun makes a new
+// attempt of every job instead; the learner keeps a later attempt over an
+// earlier one unless the later one failed for infrastructure reasons.
+func Publish(ctx context.Context, cfg RunConfig) (*Published, error) {
 	switch {
 	case cfg.Bus == nil:
 		return nil, errors.New("coordinator: a bus is required")
@@ -39,32 +48,132 @@ func Publish(ctx context.Context, cfg RunConfig) (*schema.RunManifest, error) {
 		return nil, &ConfigError{errors.New("the dataset has no valid instance")}
 	}
 	m := &schema.RunManifest{RunID: cfg.RunID, Iteration: cfg.Iteration, Samples: cfg.Samples, Gold: cfg.Gold,
-		Spec: cfg.Spec, Created: time.Now().UTC()}
+		Spec: cfg.Spec, Attempt: 1, Created: time.Now().UTC()}
 	for _, in := range cfg.Instances {
 		m.Instances = append(m.Instances, in.InstanceID)
 	}
 	m.Expected = len(cfg.Instances) * cfg.Samples
+	out := &Published{Manifest: m}
+	answered := map[string]bool{}
+	if prev, err := cfg.Bus.GetRun(ctx, cfg.RunID, cfg.Iteration); err == nil {
+		if !sameJobs(prev, m) {
+			return nil, &ConfigError{fmt.Errorf("run %s iteration %d exists with other instances or samples; use another --run or --iteration",
+				cfg.RunID, cfg.Iteration)}
+		}
+		m.Created, m.Attempt = prev.Created, max(prev.Attempt, 1)
+		t, err := cfg.Bus.TrackRun(ctx, prev, true)
+		if err != nil {
+			return nil, err
+		}
+		if out.Answered, err = t.Update(ctx); err != nil {
+			return nil, fmt.Errorf("read run %s: %w", cfg.RunID, err)
+		}
+		for id := range bus.ExpectedJobs(prev) {
+			answered[id] = t.Answered(id)
+		}
+		if cfg.Rerun {
+			m.Attempt++
+			clear(answered)
+		} else if out.Answered == m.Expected {
+			out.Complete = true
+			return out, nil
+		}
+	} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, fmt.Errorf("read run %s: %w", cfg.RunID, err)
+	}
 	if err := cfg.Bus.PutRun(ctx, m); err != nil {
 		return nil, err
 	}
-	done := 0
+	total := m.Expected - len(filter(answered))
 	for _, in := range cfg.Instances {
 		for s := range int64(cfg.Samples) {
-			if err := cfg.Bus.PublishJob(ctx, cfg.Spec.Job(cfg.RunID, cfg.Iteration, in, s)); err != nil {
+			job := cfg.Spec.Job(cfg.RunID, cfg.Iteration, in, s)
+			if answered[job.JobID] {
+				continue
+			}
+			job.Attempt = m.Attempt
+			publish := cfg.Bus.PublishJob
+			if job.Attempt > 1 {
+				publish = cfg.Bus.PublishJobAttempt
+			}
+			if err := publish(ctx, job); err != nil {
 				return nil, err
 			}
-			done++
+			out.Queued++
 			if cfg.Progress != nil {
-				cfg.Progress(done, m.Expected)
+				cfg.Progress(out.Queued, total)
 			}
 		}
 	}
-	return m, nil
+	return out, nil
+}
+
+// Published is what Publish did.
+type Published struct {
+	Manifest *schema.RunManifest
+	// Queued jobs were published; Answered jobs already had a trajectory;
+	// Complete says every job had one, so nothing was published.
+	Queued, Answered int
+	Complete         bool
+}
+
+func filter(m map[string]bool) map[string]bool {
+	out := map[string]bool{}
+	for k, v := range m {
+		if v {
+			out[k] = true
+		}
+	}
+	return out
+}
+
+// sameJobs reports whether two manifests ask for the same jobs.
+func sameJobs(a, b *schema.RunManifest) bool {
+	return a.Samples == b.Samples && slices.Equal(a.Instances, b.Instances)
+}
+
+// Wait follows a run until every expected job has a decodable trajectory
+// of the run in the log (a dead-lettered job has one too: an infra_error),
+// calling progress as jobs are answered and rejected for each message that
+// counts nowhere. It returns only when the run is complete or ctx ends; a
+// lost server connection is waited out (reported through onError).
+func Wait(ctx context.Context, b *bus.Bus, m *schema.RunManifest, progress func(done, total int),
+	rejected func(seq uint64, why string), onError func(error)) error {
+	var t *bus.RunTracker
+	for {
+		var err error
+		if t == nil {
+			if t, err = b.TrackRun(ctx, m, true); err == nil {
+				t.Rejected = rejected
+			}
+		}
+		n := 0
+		if err == nil {
+			n, err = t.Update(ctx)
+		}
+		if err != nil && ctx.Err() == nil {
+			onError(err)
+			t = nil // follow again from the start once the server answers
+		} else if progress != nil {
+			progress(min(n, m.Expected), m.Expected)
+		}
+		if err == nil && n >= m.Expected {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
 }
 
 // Accounted counts the jobs of a run iteration that have a trajectory in
-// the log (infra_error ones included); it reaches the manifest's Expected
-// exactly when every job has been answered, retried jobs once.
-func Accounted(ctx context.Context, b *bus.Bus, runID string, iteration int64) (int, error) {
-	return b.TrajectoryCount(ctx, runID, iteration)
+// the log by job id (infra_error ones included), from message ids.
+func Accounted(ctx context.Context, b *bus.Bus, m *schema.RunManifest) (int, error) {
+	t, err := b.TrackRun(ctx, m, false)
+	if err != nil {
+		return 0, err
+	}
+	return t.Update(ctx)
 }

@@ -64,7 +64,7 @@ func Status(ctx context.Context, b *bus.Bus, runID string) (*FarmStatus, error) 
 		if runID != "" && m.RunID != runID {
 			continue
 		}
-		n, err := Accounted(ctx, b, m.RunID, m.Iteration)
+		n, err := Accounted(ctx, b, &m)
 		if err != nil {
 			return nil, err
 		}

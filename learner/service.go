@@ -157,8 +157,25 @@ func (s *service) takeBatch(ctx context.Context, msgs []jetstream.Msg) {
 	var paths []string
 	for _, msg := range msgs {
 		tr, err := s.cfg.Bus.DecodeTrajectory(ctx, msg)
+		if errors.Is(err, bus.ErrPayloadUnavailable) {
+			s.cfg.Log.Warn().Err(err).Msg("trajectory payload unavailable for now; it will be redelivered")
+			_ = msg.NakWithDelay(5 * time.Second)
+			continue
+		}
+		if err == nil && (tr.JobID == "" || tr.RunID == "") {
+			err = errors.New("the trajectory names no job or run")
+		}
 		if err != nil {
-			s.cfg.Log.Error().Err(err).Msg("undecodable trajectory message; terminating it")
+			// Not a trajectory a2farm published: keep it aside for
+			// inspection and take it out of the log's way.
+			reason := err.Error()
+			if qerr := s.cfg.Bus.Quarantine(ctx, msg, reason); qerr != nil {
+				s.cfg.Log.Warn().Err(qerr).Msg("quarantining an undecodable message failed; it will be redelivered")
+				_ = msg.NakWithDelay(5 * time.Second)
+				continue
+			}
+			s.cfg.Log.Error().Str("subject", msg.Subject()).Str("reason", reason).
+				Msg("undecodable message in the trajectory log: moved to the dead letters (a2farm.dead.quarantine.trajectories); it counts nowhere")
 			_ = msg.Term()
 			continue
 		}
@@ -256,8 +273,7 @@ func (s *service) closeIfComplete(ctx context.Context, k groupKey) error {
 }
 
 // shouldArchive: a new job is archived; a duplicate is not, unless it is a
-// later attempt that succeeded where the archived one failed for
-// infrastructure reasons (a retried dead letter).
+// later attempt.
 func (s *service) shouldArchive(path string, tr schema.Trajectory) (bool, error) {
 	f, err := os.Open(path)
 	if errors.Is(err, os.ErrNotExist) {
@@ -271,7 +287,10 @@ func (s *service) shouldArchive(path string, tr schema.Trajectory) (bool, error)
 	if err != nil || len(old) != 1 {
 		return true, nil // a damaged archive entry is rewritten
 	}
-	return old[0].Status == schema.StatusInfraError && tr.Status != schema.StatusInfraError && tr.Attempt > old[0].Attempt, nil
+	// A later attempt (a retried dead letter, an explicit rerun) replaces
+	// the archived one, unless it failed for infrastructure reasons where
+	// the archived one did not.
+	return tr.Attempt > old[0].Attempt && (tr.Status != schema.StatusInfraError || old[0].Status == schema.StatusInfraError), nil
 }
 
 func (s *service) manifest(ctx context.Context, run string, iteration int64) (*schema.RunManifest, error) {

@@ -325,3 +325,41 @@ func TestSecondLearnerStandsBy(t *testing.T) {
 		}
 	}
 }
+
+// TestServeQuarantinesForeignMessages: garbage on a run's trajectory
+// subject is moved to the dead letters and out of the log, and the group
+// still closes with its real trajectories.
+func TestServeQuarantinesForeignMessages(t *testing.T) {
+	ctx := context.Background()
+	_, js := natstest.New(t)
+	b, err := bus.Open(ctx, js, bus.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.PutRun(ctx, &schema.RunManifest{RunID: "r", Samples: 1, Instances: []string{"i1"},
+		Expected: 1, Gold: gold, Created: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	for _, data := range []string{"garbage", "more garbage"} {
+		if _, err := js.Publish(ctx, "a2farm.trajectories.r.0", []byte(data)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.PublishTrajectory(ctx, traj(0, schema.StatusOK, true, "read")); err != nil {
+		t.Fatal(err)
+	}
+	closed := make(chan int, 1)
+	stop := serveUntil(t, b, t.TempDir(), closed)
+	defer stop()
+	waitClosed(t, closed, 1)
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		n, err := b.Quarantined(ctx)
+		info, ierr := b.Traj.Info(ctx)
+		if err == nil && ierr == nil && n == 2 && info.State.Msgs == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d quarantined (%v), %d left in the log (%v); want 2 and 1", n, err, info.State.Msgs, ierr)
+		}
+	}
+}

@@ -371,7 +371,10 @@ type RunManifest struct {
 	Expected  int                  `json:"expected_jobs"`
 	Gold      map[string]Locations `json:"gold"`
 	Spec      RunSpec              `json:"spec"`
-	Created   time.Time            `json:"created"`
+	// Attempt is the run's current attempt: 1, and one more for each
+	// explicit rerun.
+	Attempt int64     `json:"attempt"`
+	Created time.Time `json:"created"`
 }
 
 // RunSpec is what a run decides for every one of its jobs: what acts

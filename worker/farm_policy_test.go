@@ -104,11 +104,12 @@ func (f *policyFarm) startWorker(id string, cfg policy.RegistryConfig) (stop fun
 // trajectories, one per job.
 func (f *policyFarm) run(runID string, samples int, spec schema.RunSpec) map[string]schema.Trajectory {
 	f.t.Helper()
-	m, err := coordinator.Publish(f.ctx, coordinator.RunConfig{Bus: f.b, RunID: runID, Instances: f.l.Instances[:2],
+	pub, err := coordinator.Publish(f.ctx, coordinator.RunConfig{Bus: f.b, RunID: runID, Instances: f.l.Instances[:2],
 		Samples: samples, Spec: spec})
 	if err != nil {
 		f.t.Fatal(err)
 	}
+	m := pub.Manifest
 	got := map[string]schema.Trajectory{}
 	deadline := time.Now().Add(60 * time.Second)
 	for len(got) < m.Expected && time.Now().Before(deadline) {

@@ -257,6 +257,9 @@ func subjectToken(s string) string {
 // PublishJob queues a job; its id is the message id, so publishing the
 // same job twice within the dedup window stores it once.
 func (b *Bus) PublishJob(ctx context.Context, job schema.Job) error {
+	if err := checkJob(job); err != nil {
+		return err
+	}
 	data, err := json.Marshal(job)
 	if err != nil {
 		return err
@@ -271,6 +274,9 @@ func (b *Bus) PublishJob(ctx context.Context, job schema.Job) error {
 // PublishJobAttempt re-queues a job for another attempt: the message id
 // carries the attempt so the dedup window does not swallow it.
 func (b *Bus) PublishJobAttempt(ctx context.Context, job schema.Job) error {
+	if err := checkJob(job); err != nil {
+		return err
+	}
 	data, err := json.Marshal(job)
 	if err != nil {
 		return err
@@ -301,6 +307,14 @@ func (b *Bus) HandOff(ctx context.Context, job schema.Job) error {
 	return nil
 }
 
+// checkJob refuses a job that could never be accounted for.
+func checkJob(job schema.Job) error {
+	if job.JobID == "" || job.RunID == "" {
+		return fmt.Errorf("job %q of run %q: a job needs a job id and a run id", job.JobID, job.RunID)
+	}
+	return nil
+}
+
 // DeadLetter records a job that exhausted its deliveries.
 type DeadLetter struct {
 	Job        schema.Job `json:"job"`
@@ -318,7 +332,11 @@ type DeadLetter struct {
 // trajectory is published for it (so its group can close), a dead-letter
 // record is stored for `jobs retry`, and the job leaves the queue. Several
 // handlers may run; the durable consumer hands each advisory to one.
-func (b *Bus) HandleDeadJobs(ctx context.Context, onDead func(DeadLetter)) error {
+//
+// A job that could never be accounted for (no job or run id: not published
+// by a2farm) is dropped from the queue and reported through onDropped,
+// instead of its advisory coming back forever.
+func (b *Bus) HandleDeadJobs(ctx context.Context, onDead func(DeadLetter), onDropped func(seq uint64, why string)) error {
 	cons, err := b.Dead.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
 		Durable: "dead-letters", FilterSubject: maxDeliveriesSubject, AckPolicy: jetstream.AckExplicitPolicy,
 	})
@@ -344,9 +362,16 @@ func (b *Bus) HandleDeadJobs(ctx context.Context, onDead func(DeadLetter)) error
 			continue
 		}
 		var job schema.Job
-		if json.Unmarshal(raw.Data, &job) != nil {
+		err = json.Unmarshal(raw.Data, &job)
+		if err == nil {
+			err = checkJob(job)
+		}
+		if err != nil {
 			_ = b.Jobs.DeleteMsg(ctx, adv.StreamSeq)
 			_ = msg.Ack()
+			if onDropped != nil {
+				onDropped(adv.StreamSeq, err.Error())
+			}
 			continue
 		}
 		dl := DeadLetter{Job: job, Deliveries: adv.Deliveries, At: time.Now().UTC()}
@@ -409,6 +434,8 @@ func (b *Bus) StartDeadJobHandler(ctx context.Context, log zerolog.Logger) (stop
 		err := b.HandleDeadJobs(ctx, func(dl DeadLetter) {
 			log.Warn().Str("job", dl.Job.JobID).Int("deliveries", dl.Deliveries).
 				Msg("job dead-lettered; requeue it with `a2farm jobs retry`")
+		}, func(seq uint64, why string) {
+			log.Error().Uint64("seq", seq).Str("reason", why).Msg("dropped a job that ran out of deliveries and can never be accounted for")
 		})
 		if err != nil {
 			log.Error().Err(err).Msg("dead-letter handling stopped")
@@ -551,7 +578,10 @@ func (b *Bus) DecodeTrajectory(ctx context.Context, msg jetstream.Msg) (schema.T
 	if key := msg.Headers().Get(payloadHeader); key != "" {
 		var err error
 		if data, err = b.Payloads.GetBytes(ctx, key); err != nil {
-			return schema.Trajectory{}, fmt.Errorf("fetch payload %s: %w", key, err)
+			if errors.Is(err, jetstream.ErrObjectNotFound) {
+				return schema.Trajectory{}, fmt.Errorf("payload %s is missing: %w", key, err)
+			}
+			return schema.Trajectory{}, fmt.Errorf("fetch payload %s: %w: %w", key, ErrPayloadUnavailable, err)
 		}
 	}
 	out, err := b.codec.decode(data, msg.Headers().Get(encodingHeader))
@@ -563,6 +593,10 @@ func (b *Bus) DecodeTrajectory(ctx context.Context, msg jetstream.Msg) (schema.T
 	}
 	return out[0], nil
 }
+
+// ErrPayloadUnavailable marks a trajectory whose payload could not be
+// fetched from the object store for now (not a bad message).
+var ErrPayloadUnavailable = errors.New("trajectory payload unavailable")
 
 // QueueState is the jobs queue as the server sees it.
 type QueueState struct {

@@ -171,7 +171,7 @@ func TestDeadJobsBecomeInfraErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	dead := make(chan DeadLetter, 1)
-	go b.HandleDeadJobs(ctx, func(dl DeadLetter) { dead <- dl })
+	go b.HandleDeadJobs(ctx, func(dl DeadLetter) { dead <- dl }, nil)
 	for range 2 { // two failed deliveries
 		batch, err := b.Consumer.Fetch(1, jetstream.FetchMaxWait(3*time.Second))
 		if err != nil {

@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"time"
@@ -23,7 +25,8 @@ func newCoordinatorCmd(e *env) *cobra.Command {
 	var datasetPath, reposDir, runID string
 	var samples int
 	var iteration int64
-	var detach, strict bool
+	var detach, strict, rerun bool
+	var timeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "coordinator --nats URL --dataset FILE --repos DIR --samples N --run ID",
 		Short: "Validate a dataset, extract gold, publish issue × N jobs and wait until each has a trajectory",
@@ -64,13 +67,24 @@ func newCoordinatorCmd(e *env) *cobra.Command {
 				}
 			}
 			report2, finish := e.progress("published")
-			m, err := coordinator.Publish(ctx, coordinator.RunConfig{Bus: b, RunID: runID, Iteration: iteration,
-				Instances: ds.Instances, Gold: goldByID, Samples: samples, Spec: spec, Progress: report2})
+			pub, err := coordinator.Publish(ctx, coordinator.RunConfig{Bus: b, RunID: runID, Iteration: iteration,
+				Instances: ds.Instances, Gold: goldByID, Samples: samples, Spec: spec, Rerun: rerun, Progress: report2})
 			finish()
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(e.stdout, "run %s iteration %d: %d jobs published\n", runID, iteration, m.Expected)
+			m := pub.Manifest
+			switch {
+			case pub.Complete:
+				fmt.Fprintf(e.stdout, "run %s iteration %d is complete already: all %d jobs have a trajectory; nothing published (--rerun makes new attempts)\n",
+					runID, iteration, m.Expected)
+				return nil
+			case pub.Answered > 0:
+				fmt.Fprintf(e.stdout, "run %s iteration %d: %d of %d jobs have a trajectory; %d published (attempt %d)\n",
+					runID, iteration, pub.Answered, m.Expected, pub.Queued, m.Attempt)
+			default:
+				fmt.Fprintf(e.stdout, "run %s iteration %d: %d jobs published (attempt %d)\n", runID, iteration, pub.Queued, m.Attempt)
+			}
 			if detach {
 				return nil
 			}
@@ -78,23 +92,20 @@ func newCoordinatorCmd(e *env) *cobra.Command {
 			// too; with a learner running, each advisory goes to one of them.
 			defer b.StartDeadJobHandler(ctx, e.log)()
 			wait, done := e.progress("trajectories")
-			for {
-				n, err := coordinator.Accounted(ctx, b, runID, iteration)
-				if err != nil {
-					return err
+			err = coordinator.Wait(waitCtx(ctx, timeout), b, m, wait,
+				func(seq uint64, why string) {
+					e.log.Warn().Uint64("seq", seq).Str("reason", why).Msg("a message in the run's trajectory log counts nowhere")
+				},
+				func(err error) { e.log.Warn().Err(err).Msg("lost the NATS server; waiting for it (the run goes on)") })
+			done()
+			if err != nil {
+				if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+					return fmt.Errorf("run %s not complete after --timeout %s (a2farm status shows where it stands)", runID, timeout)
 				}
-				wait(min(n, m.Expected), m.Expected)
-				if n >= m.Expected {
-					done()
-					fmt.Fprintf(e.stdout, "every job of run %s has a trajectory\n", runID)
-					return nil
-				}
-				select {
-				case <-ctx.Done():
-					return ctx.Err()
-				case <-time.After(time.Second):
-				}
+				return err
 			}
+			fmt.Fprintf(e.stdout, "every job of run %s has a trajectory\n", runID)
+			return nil
 		},
 	}
 	nf.bind(cmd)
@@ -107,6 +118,8 @@ func newCoordinatorCmd(e *env) *cobra.Command {
 	f.Int64Var(&iteration, "iteration", 0, "rollout-training iteration")
 	f.IntVar(&samples, "samples", 8, "rollouts per instance")
 	f.BoolVar(&detach, "detach", false, "return after publishing instead of waiting for the trajectories")
+	f.BoolVar(&rerun, "rerun", false, "publish a new attempt of every job of a run that exists (by default a finished run publishes nothing, an unfinished one only its missing jobs)")
+	f.DurationVar(&timeout, "timeout", 0, "give up waiting after this long (0: wait until the run is complete; NATS outages are waited out)")
 	f.BoolVar(&strict, "strict", false, "fail on the first bad dataset row")
 	return cmd
 }
@@ -207,4 +220,14 @@ func newLearnerCmd(e *env) *cobra.Command {
 	f.Float64Var(&cfg.Rewards.StepCost, "step-cost", cfg.Rewards.StepCost, "cost per step")
 	f.StringVar(&cfg.Rewards.Discovery, "discovery", cfg.Rewards.Discovery, "surfaced or reference")
 	return cmd
+}
+
+// waitCtx bounds ctx by timeout when one is set.
+func waitCtx(ctx context.Context, timeout time.Duration) context.Context {
+	if timeout <= 0 {
+		return ctx
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	context.AfterFunc(ctx, cancel)
+	return ctx
 }

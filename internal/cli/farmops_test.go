@@ -34,7 +34,7 @@ func TestStatusAndJobsRetry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := b.PutRun(ctx, &schema.RunManifest{RunID: "r", Samples: 2, Expected: 2, Created: time.Now().Add(-time.Minute)}); err != nil {
+	if err := b.PutRun(ctx, &schema.RunManifest{RunID: "r", Samples: 2, Instances: []string{"i"}, Expected: 2, Created: time.Now().Add(-time.Minute)}); err != nil {
 		t.Fatal(err)
 	}
 	job := schema.Job{JobID: "r/0/i/0", RunID: "r", InstanceID: "i", Attempt: 1}
@@ -42,7 +42,7 @@ func TestStatusAndJobsRetry(t *testing.T) {
 		t.Fatal(err)
 	}
 	dead := make(chan bus.DeadLetter, 1)
-	go b.HandleDeadJobs(ctx, func(dl bus.DeadLetter) { dead <- dl })
+	go b.HandleDeadJobs(ctx, func(dl bus.DeadLetter) { dead <- dl }, nil)
 	for range 3 { // two failed deliveries, then a poll that finds it exhausted
 		batch, err := b.Consumer.Fetch(1, jetstream.FetchMaxWait(2*time.Second))
 		if err != nil {
@@ -137,7 +137,7 @@ func TestStatusShowsWhyJobsWereGivenUp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := b.PutRun(ctx, &schema.RunManifest{RunID: "r", Samples: 1, Expected: 1, Created: time.Now()}); err != nil {
+	if err := b.PutRun(ctx, &schema.RunManifest{RunID: "r", Samples: 1, Instances: []string{"i"}, Expected: 1, Created: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
 	const why = "worker w1 cannot serve the job's policy: model \"adapter-9\" has no endpoint here"

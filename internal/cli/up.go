@@ -131,12 +131,13 @@ the trajectory archive in DIR/learner/archive.`,
 					goldByID[r.Gold.InstanceID] = r.Gold.Locations()
 				}
 			}
-			m, err := coordinator.Publish(ctx, coordinator.RunConfig{Bus: b, RunID: runID, Instances: ds.Instances,
+			pub, err := coordinator.Publish(ctx, coordinator.RunConfig{Bus: b, RunID: runID, Instances: ds.Instances,
 				Gold: goldByID, Samples: samples, Spec: spec})
 			if err != nil {
 				return err
 			}
-			e.log.Info().Str("run", runID).Int("jobs", m.Expected).Msg("jobs published")
+			m := pub.Manifest
+			e.log.Info().Str("run", runID).Int("jobs", pub.Queued).Msg("jobs published")
 
 			farmCtx, stopFarm := context.WithCancel(ctx)
 			defer stopFarm()
@@ -172,8 +173,12 @@ the trajectory archive in DIR/learner/archive.`,
 
 			report2, finish := e.progress("rollouts")
 			groups := len(ds.Instances)
+			tracker, err := b.TrackRun(ctx, m, true)
+			if err != nil {
+				return err
+			}
 			for {
-				n, err := coordinator.Accounted(ctx, b, runID, 0)
+				n, err := tracker.Update(ctx)
 				if err != nil {
 					return err
 				}

@@ -1,0 +1,144 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/a2farm/a2farm/schema"
+)
+
+// RunTracker follows which jobs of a run iteration have a trajectory in
+// the log. A run is counted by job id, never by message: a retried job
+// counts once, and a message a2farm did not publish for one of the run's
+// jobs — garbage, another run's, an undecodable payload — counts nowhere.
+type RunTracker struct {
+	b        *Bus
+	expected map[string]bool
+	answered map[string]bool
+	decode   bool
+	cons     jetstream.Consumer
+	// Rejected receives each message that counts nowhere, with why (once
+	// per message); nil ignores them.
+	Rejected func(seq uint64, why string)
+}
+
+// ExpectedJobs are the job ids a run manifest asks for.
+func ExpectedJobs(m *schema.RunManifest) map[string]bool {
+	out := make(map[string]bool, len(m.Instances)*m.Samples)
+	for _, inst := range m.Instances {
+		for s := range int64(m.Samples) {
+			out[schema.JobID(m.RunID, m.Iteration, inst, s)] = true
+		}
+	}
+	return out
+}
+
+// TrackRun starts following the run iteration of manifest m. With decode,
+// every payload is decoded and must hold a trajectory of that job (what a
+// coordinator deciding that a run is complete wants); without, the
+// message ids a2farm's publishers set are trusted (fast enough for a
+// status poll over a large run).
+func (b *Bus) TrackRun(ctx context.Context, m *schema.RunManifest, decode bool) (*RunTracker, error) {
+	subject := trajSubject(m.RunID, m.Iteration)
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject, subject + ".retry"}, HeadersOnly: !decode}
+	cons, err := b.js.OrderedConsumer(ctx, TrajStream, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("follow run %s: %w", m.RunID, err)
+	}
+	return &RunTracker{b: b, expected: ExpectedJobs(m), answered: map[string]bool{}, decode: decode, cons: cons}, nil
+}
+
+// Update reads what arrived since the last call and returns how many
+// expected jobs have a trajectory.
+func (t *RunTracker) Update(ctx context.Context) (int, error) {
+	for {
+		batch, err := t.cons.Fetch(256, jetstream.FetchMaxWait(200*time.Millisecond))
+		if err != nil {
+			return len(t.answered), err
+		}
+		got := 0
+		for msg := range batch.Messages() {
+			got++
+			t.observe(ctx, msg)
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) && !errors.Is(err, context.DeadlineExceeded) {
+			return len(t.answered), err
+		}
+		if got == 0 {
+			return len(t.answered), nil
+		}
+	}
+}
+
+// Answered reports whether the job has a trajectory.
+func (t *RunTracker) Answered(jobID string) bool { return t.answered[jobID] }
+
+func (t *RunTracker) observe(ctx context.Context, msg jetstream.Msg) {
+	var seq uint64
+	if md, err := msg.Metadata(); err == nil {
+		seq = md.Sequence.Stream
+	}
+	reject := func(why string) {
+		if t.Rejected != nil {
+			t.Rejected(seq, why)
+		}
+	}
+	id, _, _ := strings.Cut(msg.Headers().Get(jetstream.MsgIDHeader), "#")
+	switch {
+	case id == "" || msg.Headers().Get(encodingHeader) == "":
+		reject("no message id or encoding header: not published by a2farm")
+		return
+	case !t.expected[id]:
+		reject(fmt.Sprintf("message id %q is not a job of this run", id))
+		return
+	}
+	if t.decode {
+		tr, err := t.b.DecodeTrajectory(ctx, msg)
+		if err != nil {
+			reject(fmt.Sprintf("job %s: undecodable trajectory: %v", id, err))
+			return
+		}
+		if tr.JobID != id {
+			reject(fmt.Sprintf("message id %q holds the trajectory of job %q", id, tr.JobID))
+			return
+		}
+	}
+	t.answered[id] = true
+}
+
+// Quarantine moves a message that is not what its subject promises to
+// the dead letters, with the reason in a header, so that it can be
+// inspected; the caller then terminates the original.
+func (b *Bus) Quarantine(ctx context.Context, msg jetstream.Msg, reason string) error {
+	// Two tokens after the prefix: no run's dead-letter subject looks
+	// like it (run tokens hold no dots).
+	out := &nats.Msg{Subject: deadPrefix + "quarantine.trajectories", Data: msg.Data(), Header: nats.Header{}}
+	for k, v := range msg.Headers() {
+		out.Header[k] = v
+	}
+	out.Header.Del(jetstream.MsgIDHeader)
+	out.Header.Set("A2farm-Quarantine-Reason", reason)
+	out.Header.Set("A2farm-Quarantine-Subject", msg.Subject())
+	if _, err := b.js.PublishMsg(ctx, out); err != nil {
+		return fmt.Errorf("quarantine: %w", err)
+	}
+	// Out of the log, so that nothing that reads message ids counts it.
+	if md, err := msg.Metadata(); err == nil && md.Stream == TrajStream {
+		if err := b.Traj.DeleteMsg(ctx, md.Sequence.Stream); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+			return fmt.Errorf("quarantine: remove from the log: %w", err)
+		}
+	}
+	return nil
+}
+
+// Quarantined counts the messages moved to the dead letters as not what
+// their subject promised.
+func (b *Bus) Quarantined(ctx context.Context) (int, error) {
+	return countSubject(ctx, b.Dead, deadPrefix+"quarantine.trajectories")
+}
