@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -81,6 +82,9 @@ func Publish(ctx context.Context, cfg RunConfig) (*Published, error) {
 	} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, fmt.Errorf("read run %s: %w", cfg.RunID, err)
 	}
+	if err := checkSizes(cfg, m); err != nil {
+		return nil, err
+	}
 	if err := cfg.Bus.PutRun(ctx, m); err != nil {
 		return nil, err
 	}
@@ -106,6 +110,31 @@ func Publish(ctx context.Context, cfg RunConfig) (*Published, error) {
 		}
 	}
 	return out, nil
+}
+
+// checkSizes refuses, before anything is published, a run whose manifest
+// or any job would not fit in a message: publishing part of a run would
+// leave one that can never complete.
+func checkSizes(cfg RunConfig, m *schema.RunManifest) error {
+	limit := cfg.Bus.MaxPayload()
+	if limit <= 0 {
+		return nil
+	}
+	if data, err := json.Marshal(m); err != nil || int64(len(data)) > limit {
+		return &ConfigError{fmt.Errorf("the run manifest (gold of %d instances) takes %d bytes, over the server's %d-byte message limit: split the dataset into several runs",
+			len(m.Instances), len(data), limit)}
+	}
+	for _, in := range cfg.Instances {
+		data, err := json.Marshal(cfg.Spec.Job(cfg.RunID, cfg.Iteration, in, 0))
+		if err != nil {
+			return err
+		}
+		if int64(len(data)) > limit {
+			return &ConfigError{fmt.Errorf("instance %s: its job takes %d bytes, over the server's %d-byte message limit (its problem statement is %d bytes); nothing was published",
+				in.InstanceID, len(data), limit, len(in.ProblemStatement))}
+		}
+	}
+	return nil
 }
 
 // Published is what Publish did.

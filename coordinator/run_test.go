@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -170,5 +171,21 @@ func TestPublishingARunAgain(t *testing.T) {
 	}
 	if err := b.PublishJob(ctx, schema.Job{JobID: "x"}); err == nil {
 		t.Error("a job without a run id was published")
+	}
+}
+
+// TestOversizedRunsPublishNothing: a job too large for a message is
+// refused before any job of the run is published.
+func TestOversizedRunsPublishNothing(t *testing.T) {
+	ctx, _, b, cfg := testRun(t)
+	cfg.Instances[1].ProblemStatement = strings.Repeat("x", int(b.MaxPayload())+1)
+	if _, err := Publish(ctx, cfg); err == nil || !strings.Contains(err.Error(), "instance o__r-2") {
+		t.Fatalf("an oversized job was accepted: %v", err)
+	}
+	if pending, _, err := b.QueueDepth(ctx); err != nil || pending != 0 {
+		t.Errorf("%d jobs queued (%v), want none", pending, err)
+	}
+	if _, err := b.GetRun(ctx, "r", 0); err == nil {
+		t.Error("the run's manifest was stored")
 	}
 }

@@ -111,6 +111,9 @@ func Read(ctx context.Context, r io.Reader, opts Options) (*Result, error) {
 }
 
 func validateAll(ctx context.Context, rows []rawRow, opts Options) (*Result, error) {
+	if len(rows) == 0 {
+		return nil, ErrEmpty
+	}
 	res := &Result{}
 	seen := map[string]int{}
 	for _, row := range rows {
@@ -130,6 +133,9 @@ func validateAll(ctx context.Context, rows []rawRow, opts Options) (*Result, err
 	}
 	return res, nil
 }
+
+// ErrEmpty is a dataset without a single row.
+var ErrEmpty = errors.New("the dataset has no rows")
 
 var (
 	repoPattern   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9_.][A-Za-z0-9_.-]*$`)

@@ -130,3 +130,15 @@ func TestLoadMissingFile(t *testing.T) {
 		t.Errorf("err = %v, want not-exist", err)
 	}
 }
+
+func TestEmptyDatasetIsAnError(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "empty.jsonl")
+	if err := os.WriteFile(path, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, strict := range []bool{false, true} {
+		if _, err := Load(context.Background(), path, Options{Strict: strict}); !errors.Is(err, ErrEmpty) {
+			t.Errorf("strict %v: an empty dataset loaded: %v", strict, err)
+		}
+	}
+}

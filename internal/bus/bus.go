@@ -142,7 +142,9 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Bus, error)
 		return nil, fmt.Errorf("runs bucket: %w", err)
 	}
 	if b.Workers, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket: WorkersBucket, Storage: jetstream.MemoryStorage, Replicas: cfg.Replicas, TTL: cfg.HeartbeatTTL, History: 1,
+		// File storage: the bucket (not the heartbeats, which expire)
+		// must outlive a server restart.
+		Bucket: WorkersBucket, Storage: jetstream.FileStorage, Replicas: cfg.Replicas, TTL: cfg.HeartbeatTTL, History: 1,
 	}); err != nil {
 		return nil, fmt.Errorf("workers bucket: %w", err)
 	}
@@ -162,7 +164,7 @@ func Attach(ctx context.Context, js jetstream.JetStream) (*Bus, error) {
 	b := &Bus{js: js, codec: newPayloadCodec()}
 	var err error
 	if b.Jobs, err = js.Stream(ctx, JobsStream); err != nil {
-		return nil, fmt.Errorf("no a2farm topology on this server (start a coordinator or worker first): %w", err)
+		return nil, fmt.Errorf("no a2farm topology on this server: create it with `a2farm farm init` (an embedded `a2farm nats` creates it itself): %w", err)
 	}
 	if b.Traj, err = js.Stream(ctx, TrajStream); err != nil {
 		return nil, fmt.Errorf("trajectory stream: %w", err)
@@ -190,6 +192,30 @@ func Attach(ctx context.Context, js jetstream.JetStream) (*Bus, error) {
 		b.cfg.HeartbeatTTL = st.TTL()
 	}
 	return b, nil
+}
+
+// Config is the topology's configuration as opened or read back.
+func (b *Bus) Config() Config { return b.cfg }
+
+// Difference is one setting in which two topology configurations differ,
+// named by its command-line flag.
+type Difference struct{ Flag, Have, Want string }
+
+// Differences lists the settings in which want differs from have.
+func Differences(have, want Config) []Difference {
+	var out []Difference
+	add := func(flag string, a, b any) {
+		if a != b {
+			out = append(out, Difference{Flag: flag, Have: fmt.Sprint(a), Want: fmt.Sprint(b)})
+		}
+	}
+	add("replicas", have.Replicas, want.Replicas)
+	add("ack-wait", have.AckWait, want.AckWait)
+	add("max-deliver", have.MaxDeliver, want.MaxDeliver)
+	add("dedup-window", have.DedupWindow, want.DedupWindow)
+	add("max-msg-size", have.MaxMsgSize, want.MaxMsgSize)
+	add("heartbeat-ttl", have.HeartbeatTTL, want.HeartbeatTTL)
+	return out
 }
 
 // runKey is the runs-bucket key of a run iteration.
@@ -419,6 +445,14 @@ func (b *Bus) deadLetter(ctx context.Context, dl DeadLetter) error {
 // AckWait is how long a delivered job may go without an acknowledgement
 // or a progress signal before it is redelivered.
 func (b *Bus) AckWait() time.Duration { return b.cfg.AckWait }
+
+// MaxPayload is the largest message the server accepts (0: unknown).
+func (b *Bus) MaxPayload() int64 {
+	if nc := b.js.Conn(); nc != nil {
+		return nc.MaxPayload()
+	}
+	return 0
+}
 
 // MaxDeliver is how many times a job is delivered before it is dead.
 func (b *Bus) MaxDeliver() int { return b.cfg.MaxDeliver }

@@ -86,7 +86,14 @@ func TestMultiProcessFarmSurvivesAKilledWorker(t *testing.T) {
 	port := freePort(t)
 	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
 	auth := []string{"A2FARM_NATS_USER=farm", "A2FARM_NATS_PASSWORD=s3cret", "A2FARM_LOG_FORMAT=json"}
-	start(t, bin, auth, "nats", "--port", fmt.Sprint(port), "--store", filepath.Join(dir, "nats"))
+	// Half-set authentication is refused rather than served open.
+	half := exec.Command(bin, "nats", "--port", fmt.Sprint(port), "--store", filepath.Join(dir, "nats-open"))
+	half.Env = append(os.Environ(), "A2FARM_NATS_PASSWORD=s3cret", "A2FARM_NATS_USER=")
+	if out, err := half.CombinedOutput(); err == nil || !strings.Contains(string(out), "set both A2FARM_NATS_USER and A2FARM_NATS_PASSWORD") {
+		t.Errorf("nats with a password and no user: %v\n%s", err, out)
+	}
+	// The nats command owns the topology: its settings are the farm's.
+	start(t, bin, auth, "nats", "--port", fmt.Sprint(port), "--store", filepath.Join(dir, "nats"), "--ack-wait", "3s")
 	time.Sleep(500 * time.Millisecond)
 	common := []string{"--nats", url, "--nats-user", "farm", "--ack-wait", "3s"}
 
@@ -94,6 +101,13 @@ func TestMultiProcessFarmSurvivesAKilledWorker(t *testing.T) {
 	bad.Env = append(os.Environ(), "A2FARM_NATS_PASSWORD=wrong")
 	if out, err := bad.CombinedOutput(); err == nil || !strings.Contains(strings.ToLower(string(out)), "authorization") {
 		t.Errorf("a wrong password was not refused: %v\n%s", err, out)
+	}
+
+	// A role whose topology flag disagrees with the farm's refuses to start.
+	odd := exec.Command(bin, append([]string{"worker", "--repos", dir, "--max-deliver", "1"}, common...)...)
+	odd.Env = append(os.Environ(), auth...)
+	if out, err := odd.CombinedOutput(); err == nil || !strings.Contains(string(out), "--max-deliver 1 disagrees with the farm's 3") {
+		t.Errorf("a worker with another --max-deliver: %v\n%s", err, out)
 	}
 
 	policy := policytest.Scripted(t, 150*time.Millisecond)

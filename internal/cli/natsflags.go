@@ -2,8 +2,11 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net/url"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -17,10 +20,20 @@ import (
 type natsFlags struct {
 	url, user, creds, nkeySeed, tlsCA, tlsCert, tlsKey string
 	cfg                                                bus.Config
+	// cmd tells which topology flags were given explicitly.
+	cmd *cobra.Command
 }
 
 func (n *natsFlags) bind(cmd *cobra.Command) {
 	n.bindConnection(cmd)
+	n.bindTopology(cmd)
+}
+
+// bindTopology binds the farm's settings. The owner of the topology
+// (`farm init`, `nats`) applies them; every other role only checks that
+// the ones it was given agree with the farm's.
+func (n *natsFlags) bindTopology(cmd *cobra.Command) {
+	n.cmd = cmd
 	n.cfg = bus.DefaultConfig()
 	f := cmd.Flags()
 	f.IntVar(&n.cfg.Replicas, "replicas", n.cfg.Replicas, "replicas of every stream and bucket (1 embedded, 3 on a cluster)")
@@ -44,14 +57,44 @@ func (n *natsFlags) bindConnection(cmd *cobra.Command) {
 	f.StringVar(&n.tlsKey, "nats-tls-key", envOr("A2FARM_NATS_TLS_KEY", ""), "client key for mutual TLS")
 }
 
-// connect dials NATS with the security options and opens the topology.
-// The token (A2FARM_NATS_TOKEN) and password (A2FARM_NATS_PASSWORD) come
-// from the environment only, so they never show in process listings.
+// connect dials NATS and attaches to the farm's topology without changing
+// it; a topology flag given on the command line must agree with the
+// farm's setting, or the command refuses to start and names it. The
+// token (A2FARM_NATS_TOKEN) and password (A2FARM_NATS_PASSWORD) come from
+// the environment only, so they never show in process listings.
 func (n *natsFlags) connect(ctx context.Context, name string) (*nats.Conn, *bus.Bus, error) {
+	nc, b, err := n.attach(ctx, name)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := n.agree(b.Config()); err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	return nc, b, nil
+}
+
+// own dials NATS and creates or changes the topology to the flags' settings:
+// only the owner of a farm does this (`farm init`, `nats`, `up`).
+func (n *natsFlags) own(ctx context.Context, name string) (*nats.Conn, *bus.Bus, error) {
 	if err := n.cfg.Validate(); err != nil {
 		return nil, nil, &usageError{err}
 	}
 	return n.dial(ctx, name, func(js jetstream.JetStream) (*bus.Bus, error) { return bus.Open(ctx, js, n.cfg) })
+}
+
+// agree checks the explicitly given topology flags against the farm's.
+func (n *natsFlags) agree(farm bus.Config) error {
+	if n.cmd == nil {
+		return nil
+	}
+	for _, d := range bus.Differences(farm, n.cfg) {
+		if n.cmd.Flags().Changed(d.Flag) {
+			return usagef("--%s %s disagrees with the farm's %s; change the farm with `a2farm farm init --%s %s`, or leave the flag out",
+				d.Flag, d.Want, d.Have, d.Flag, d.Want)
+		}
+	}
+	return nil
 }
 
 // attach dials NATS and opens the existing topology without changing it.
@@ -83,9 +126,12 @@ func (n *natsFlags) dial(ctx context.Context, name string, open func(jetstream.J
 	if n.tlsCert != "" || n.tlsKey != "" {
 		opts = append(opts, nats.ClientCert(n.tlsCert, n.tlsKey))
 	}
+	if os.Getenv("A2FARM_NATS_PASSWORD") != "" && n.user == "" {
+		return nil, nil, usagef("A2FARM_NATS_PASSWORD is set but no user (--nats-user or A2FARM_NATS_USER): refusing to connect without the authentication you meant")
+	}
 	nc, err := nats.Connect(n.url, opts...)
 	if err != nil {
-		return nil, nil, fmt.Errorf("connect to NATS at %s: %w", n.url, err)
+		return nil, nil, fmt.Errorf("connect to NATS at %s: %w", redactURLs(n.url), redactErr(err, n.url))
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -98,4 +144,29 @@ func (n *natsFlags) dial(ctx context.Context, name string, open func(jetstream.J
 		return nil, nil, err
 	}
 	return nc, b, nil
+}
+
+// redactURLs drops credentials from comma-separated server URLs.
+func redactURLs(urls string) string {
+	parts := strings.Split(urls, ",")
+	for i, p := range parts {
+		if u, err := url.Parse(strings.TrimSpace(p)); err == nil && u.User != nil {
+			u.User = url.User("REDACTED")
+			parts[i] = u.String()
+		}
+	}
+	return strings.Join(parts, ",")
+}
+
+// redactErr removes any password in urls from an error's text.
+func redactErr(err error, urls string) error {
+	msg := err.Error()
+	for _, p := range strings.Split(urls, ",") {
+		if u, perr := url.Parse(strings.TrimSpace(p)); perr == nil && u.User != nil {
+			if pw, ok := u.User.Password(); ok && pw != "" {
+				msg = strings.ReplaceAll(msg, pw, "REDACTED")
+			}
+		}
+	}
+	return errors.New(msg)
 }
