@@ -21,7 +21,10 @@ type FarmStatus struct {
 	// Learner is the trajectory log's consumer: how far behind it is and
 	// whether a learner is receiving.
 	Learner bus.LearnerState `json:"learner"`
-	Runs    []RunStatus      `json:"runs"`
+	// FailingShards are groups whose shard the learner could not write
+	// yet; it retries them.
+	FailingShards []bus.FailingGroup `json:"failing_shards,omitempty"`
+	Runs          []RunStatus        `json:"runs"`
 }
 
 // RunStatus is the progress of one run iteration.
@@ -31,6 +34,10 @@ type RunStatus struct {
 	Expected  int    `json:"expected"`
 	Accounted int    `json:"accounted"` // trajectories in the log, infra errors included
 	Dead      int    `json:"dead"`      // dead letters waiting for `jobs retry`
+	// Groups is the run's instances; Sharded how many the learner has
+	// written a shard for (by its last report).
+	Groups  int `json:"groups"`
+	Sharded int `json:"sharded"`
 	// DeadReasons counts the dead letters by why their jobs were given up
 	// ("" when a job simply ran out of deliveries).
 	DeadReasons map[string]int `json:"dead_reasons,omitempty"`
@@ -56,6 +63,13 @@ func Status(ctx context.Context, b *bus.Bus, runID string) (*FarmStatus, error) 
 	if st.Learner, err = b.Learner(ctx); err != nil {
 		return nil, fmt.Errorf("learner: %w", err)
 	}
+	report, err := b.GetLearnerReport(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("learner report: %w", err)
+	}
+	if report != nil {
+		st.FailingShards = report.Failing
+	}
 	runs, err := b.ListRuns(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("runs: %w", err)
@@ -72,7 +86,13 @@ func Status(ctx context.Context, b *bus.Bus, runID string) (*FarmStatus, error) 
 		if err != nil {
 			return nil, err
 		}
-		r := RunStatus{RunID: m.RunID, Iteration: m.Iteration, Expected: m.Expected, Accounted: n, Dead: dead, Created: m.Created}
+		r := RunStatus{RunID: m.RunID, Iteration: m.Iteration, Expected: m.Expected, Accounted: n, Dead: dead, Created: m.Created,
+			Groups: len(m.Instances)}
+		if report != nil {
+			if rs := report.Runs[bus.RunShardsKey(m.RunID, m.Iteration)]; rs != nil {
+				r.Sharded = rs.Sharded
+			}
+		}
 		if dead > 0 {
 			letters, err := b.DeadLetters(ctx, m.RunID)
 			if err != nil {

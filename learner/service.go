@@ -54,6 +54,11 @@ type groupKey struct {
 type groupState struct {
 	first  time.Time
 	closed bool
+	// A failed close (shard write, no manifest) is retried at retryAt,
+	// backing off; failures and lastErr are shown by status.
+	failures int
+	retryAt  time.Time
+	lastErr  string
 }
 
 // Serve consumes the trajectory log until ctx ends. Every trajectory is
@@ -103,13 +108,41 @@ func Serve(ctx context.Context, cfg ServiceConfig) error {
 			}
 		}
 	}()
+	defer func() { // the last word on the groups, for status
+		c, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		defer cancel()
+		s.publishState(c)
+	}()
+	lostSince := time.Time{}
+	lastState := time.Time{}
 	for ctx.Err() == nil {
+		if time.Since(lastState) >= 2*time.Second {
+			s.publishState(ctx)
+			lastState = time.Now()
+		}
 		batch, err := cons.Fetch(64, jetstream.FetchMaxWait(time.Second), jetstream.FetchPriorityGroup(bus.LearnerGroup))
+		if err == nil && !lostSince.IsZero() {
+			// Acks sent during the outage may be lost (their trajectories
+			// come again and are deduplicated) and groups may have
+			// completed unseen: check every open group against the archive.
+			cfg.Log.Info().Dur("after", time.Since(lostSince).Round(time.Second)).Msg("the NATS server answers again; re-checking open groups")
+			lostSince = time.Time{}
+			s.recheck(ctx)
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				break
 			}
-			return fmt.Errorf("learner fetch: %w", err)
+			if lostSince.IsZero() {
+				lostSince = time.Now()
+				cfg.Log.Warn().Err(err).Msg("cannot read the trajectory log; retrying until the server answers")
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
+			s.closeDue(ctx, time.Now())
+			continue
 		}
 		var msgs []jetstream.Msg
 		for msg := range batch.Messages() {
@@ -257,9 +290,9 @@ func (s *service) take(ctx context.Context, path string, r received) error {
 func (s *service) closeIfComplete(ctx context.Context, k groupKey) error {
 	s.mu.Lock()
 	g := s.groups[k]
-	closed := g.closed
+	closed, backingOff := g.closed, time.Now().Before(g.retryAt)
 	s.mu.Unlock()
-	if closed { // before any I/O: most groups a restart finds are closed
+	if closed || backingOff { // before any I/O: most groups a restart finds are closed
 		return nil
 	}
 	m, err := s.manifest(ctx, k.run, k.iteration)
@@ -364,27 +397,75 @@ func (s *service) resume(ctx context.Context) {
 	}
 }
 
-// closeDue closes groups whose deadline passed.
+// closeDue closes groups whose deadline passed and retries failed closes
+// whose back-off is over.
 func (s *service) closeDue(ctx context.Context, now time.Time) {
 	s.mu.Lock()
-	var due []groupKey
+	var due, retry []groupKey
 	for k, g := range s.groups {
-		if !g.closed && now.Sub(g.first) >= s.cfg.GroupDeadline {
+		switch {
+		case g.closed || now.Before(g.retryAt):
+		case now.Sub(g.first) >= s.cfg.GroupDeadline:
 			due = append(due, k)
+		case g.failures > 0:
+			retry = append(retry, k)
 		}
 	}
 	s.mu.Unlock()
 	for _, k := range due {
-		if err := s.closeGroup(ctx, k, s.groups[k]); err != nil {
+		s.mu.Lock()
+		g := s.groups[k]
+		s.mu.Unlock()
+		if err := s.closeGroup(ctx, k, g); err != nil {
+			s.cfg.Log.Error().Err(err).Str("instance", k.instance).Msg("closing a group failed")
+		}
+	}
+	for _, k := range retry {
+		if err := s.closeIfComplete(ctx, k); err != nil {
 			s.cfg.Log.Error().Err(err).Str("instance", k.instance).Msg("closing a group failed")
 		}
 	}
 }
 
-// closeGroup computes the group's advantages and writes its shard. A
-// shard already on disk (a restart) is kept.
+// recheck looks at every open group again (after an outage).
+func (s *service) recheck(ctx context.Context) {
+	s.mu.Lock()
+	var open []groupKey
+	for k, g := range s.groups {
+		if !g.closed {
+			g.retryAt = time.Time{}
+			open = append(open, k)
+		}
+	}
+	s.mu.Unlock()
+	for _, k := range open {
+		if err := s.closeIfComplete(ctx, k); err != nil {
+			s.cfg.Log.Error().Err(err).Str("instance", k.instance).Msg("closing a group failed")
+		}
+	}
+}
+
+// closeGroup computes the group's advantages and writes its shard; a
+// failure leaves the group open and retries it with back-off (1 s, 2 s,
+// 4 s... up to 5 min), shown by status until it succeeds. A shard already
+// on disk (a restart) is kept.
 func (s *service) closeGroup(ctx context.Context, k groupKey, g *groupState) error {
-	g.closed = true
+	err := s.writeShard(ctx, k)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err != nil {
+		g.failures++
+		g.retryAt = time.Now().Add(min(5*time.Minute, time.Second<<min(g.failures-1, 9)))
+		g.lastErr = err.Error()
+		return fmt.Errorf("shard of %s/%d/%s (attempt %d, next in %s): %w", k.run, k.iteration, k.instance,
+			g.failures, time.Until(g.retryAt).Round(time.Second), err)
+	}
+	g.closed, g.failures, g.retryAt, g.lastErr = true, 0, time.Time{}, ""
+	return nil
+}
+
+// writeShard computes a group's advantages and writes its shard.
+func (s *service) writeShard(ctx context.Context, k groupKey) error {
 	dir := s.groupDir(k, "shards")
 	if _, err := os.Stat(filepath.Join(dir, "manifest.json")); err == nil {
 		return nil
@@ -394,11 +475,12 @@ func (s *service) closeGroup(ctx context.Context, k groupKey, g *groupState) err
 		return err
 	}
 	m, err := s.manifest(ctx, k.run, k.iteration)
-	gold := map[string]schema.Locations{}
-	if err == nil {
-		gold = m.Gold
+	if err != nil {
+		// Without the run's manifest there is no gold: scoring against
+		// none would write a shard of wrong rewards.
+		return fmt.Errorf("no gold for the group: %w", err)
 	}
-	res, err := Process(trs, gold, s.cfg.Learner)
+	res, err := Process(trs, m.Gold, s.cfg.Learner)
 	if err != nil {
 		return err
 	}
@@ -420,4 +502,31 @@ func (s *service) closeGroup(ctx context.Context, k groupKey, g *groupState) err
 		s.cfg.OnGroupClosed(k.run, k.iteration, k.instance, len(trs), rows)
 	}
 	return nil
+}
+
+// publishState reports the groups to status: per run iteration how many
+// are seen and sharded, and which are failing to write their shard.
+func (s *service) publishState(ctx context.Context) {
+	r := &bus.LearnerReport{Updated: time.Now().UTC(), Runs: map[string]*bus.RunShards{}}
+	s.mu.Lock()
+	for k, g := range s.groups {
+		key := bus.RunShardsKey(k.run, k.iteration)
+		rs := r.Runs[key]
+		if rs == nil {
+			rs = &bus.RunShards{}
+			r.Runs[key] = rs
+		}
+		rs.Groups++
+		if g.closed {
+			rs.Sharded++
+		}
+		if g.failures > 0 {
+			r.Failing = append(r.Failing, bus.FailingGroup{Run: k.run, Iteration: k.iteration, Instance: k.instance,
+				Error: g.lastErr, Failures: g.failures, NextRetry: g.retryAt})
+		}
+	}
+	s.mu.Unlock()
+	if err := s.cfg.Bus.PutLearnerReport(ctx, r); err != nil && ctx.Err() == nil {
+		s.cfg.Log.Debug().Err(err).Msg("could not report the learner's groups")
+	}
 }

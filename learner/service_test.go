@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -360,6 +361,73 @@ func TestServeQuarantinesForeignMessages(t *testing.T) {
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("%d quarantined (%v), %d left in the log (%v); want 2 and 1", n, err, info.State.Msgs, ierr)
+		}
+	}
+}
+
+// TestServeRetriesAFailedShard: a group whose shard cannot be written
+// (the folder is blocked; later, the run's manifest — its gold — is
+// missing) stays open, is reported as failing, and is written once the
+// cause is gone, without a restart.
+func TestServeRetriesAFailedShard(t *testing.T) {
+	ctx := context.Background()
+	_, js := natstest.New(t)
+	b, err := bus.Open(ctx, js, bus.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := t.TempDir()
+	blocker := filepath.Join(out, "shards", "r", "0", "i1")
+	if err := os.MkdirAll(filepath.Dir(blocker), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(blocker, []byte("a file where the shard folder goes"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.PublishTrajectory(ctx, traj(0, schema.StatusOK, true, "read")); err != nil {
+		t.Fatal(err)
+	}
+	closed := make(chan int, 1)
+	sctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- Serve(sctx, ServiceConfig{Bus: b, Out: out, Learner: DefaultConfig(), Log: zerolog.Nop(),
+			GroupDeadline: 500 * time.Millisecond,
+			OnGroupClosed: func(_ string, _ int64, _ string, n, _ int) { closed <- n }})
+	}()
+	defer func() { cancel(); <-done }()
+	failing := func(want string) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			r, err := b.GetLearnerReport(ctx)
+			if err == nil && r != nil && len(r.Failing) == 1 && strings.Contains(r.Failing[0].Error, want) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the learner does not report the failing shard (%q): %+v, %v", want, r, err)
+			}
+		}
+	}
+	failing("no gold for the group") // no manifest yet
+	if err := b.PutRun(ctx, &schema.RunManifest{RunID: "r", Samples: 1, Instances: []string{"i1"}, Expected: 1,
+		Gold: gold, Created: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	failing("not a directory") // now the blocked folder
+	if err := os.Remove(blocker); err != nil {
+		t.Fatal(err)
+	}
+	waitClosed(t, closed, 1)
+	if _, err := os.Stat(filepath.Join(blocker, "manifest.json")); err != nil {
+		t.Errorf("no shard after the retry: %v", err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		r, _ := b.GetLearnerReport(ctx)
+		if r != nil && len(r.Failing) == 0 && r.Runs[bus.RunShardsKey("r", 0)].Sharded == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the report still shows a failure: %+v", r)
 		}
 	}
 }

@@ -723,6 +723,9 @@ func (b *Bus) ListRuns(ctx context.Context) ([]schema.RunManifest, error) {
 	}
 	var out []schema.RunManifest
 	for k := range keys.Keys() {
+		if strings.HasPrefix(k, "_") { // the learner's report, not a run
+			continue
+		}
 		e, err := b.Runs.Get(ctx, k)
 		if err != nil {
 			continue

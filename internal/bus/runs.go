@@ -2,6 +2,7 @@ package bus
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -141,4 +142,62 @@ func (b *Bus) Quarantine(ctx context.Context, msg jetstream.Msg, reason string) 
 // their subject promised.
 func (b *Bus) Quarantined(ctx context.Context) (int, error) {
 	return countSubject(ctx, b.Dead, deadPrefix+"quarantine.trajectories")
+}
+
+// learnerReportKey is where the active learner reports its groups in the
+// runs bucket (run keys never start with "_"... see ListRuns).
+const learnerReportKey = "_learner"
+
+// LearnerReport is what the active learner has made of the runs: groups
+// seen and sharded per run iteration, and the groups whose shard could not
+// be written yet.
+type LearnerReport struct {
+	Updated time.Time             `json:"updated"`
+	Runs    map[string]*RunShards `json:"runs"` // by RunShardsKey
+	Failing []FailingGroup        `json:"failing,omitempty"`
+}
+
+// RunShards counts a run iteration's groups at the learner.
+type RunShards struct {
+	Groups  int `json:"groups"`  // instances with an archived trajectory
+	Sharded int `json:"sharded"` // instances whose shard is written
+}
+
+// FailingGroup is a group whose shard write failed and is being retried.
+type FailingGroup struct {
+	Run       string    `json:"run"`
+	Iteration int64     `json:"iteration"`
+	Instance  string    `json:"instance"`
+	Error     string    `json:"error"`
+	Failures  int       `json:"failures"`
+	NextRetry time.Time `json:"next_retry"`
+}
+
+// RunShardsKey keys LearnerReport.Runs.
+func RunShardsKey(run string, iteration int64) string { return fmt.Sprintf("%s/%d", run, iteration) }
+
+// PutLearnerReport stores the active learner's report.
+func (b *Bus) PutLearnerReport(ctx context.Context, r *LearnerReport) error {
+	data, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	_, err = b.Runs.Put(ctx, learnerReportKey, data)
+	return err
+}
+
+// GetLearnerReport reads the learner's report; nil when none was stored.
+func (b *Bus) GetLearnerReport(ctx context.Context) (*LearnerReport, error) {
+	e, err := b.Runs.Get(ctx, learnerReportKey)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var r LearnerReport
+	if err := json.Unmarshal(e.Value(), &r); err != nil {
+		return nil, fmt.Errorf("learner report: %w", err)
+	}
+	return &r, nil
 }

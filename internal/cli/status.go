@@ -20,14 +20,27 @@ func newStatusCmd(e *env) *cobra.Command {
 	var runID string
 	var watch time.Duration
 	var asJSON bool
+	var until string
 	cmd := &cobra.Command{
-		Use:   "status [--run ID] [--watch 5s] [--json]",
+		Use:   "status [--run ID] [--watch 5s] [--json] [--until answered|sharded]",
 		Short: "Show queue depth, live workers and the progress of each run",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
 			if watch < 0 {
 				return usagef("--watch must be a positive interval")
+			}
+			switch until {
+			case "":
+			case "answered", "sharded":
+				if runID == "" {
+					return usagef("--until needs --run")
+				}
+				if watch == 0 {
+					watch = 2 * time.Second
+				}
+			default:
+				return usagef("--until %q: want answered or sharded", until)
 			}
 			nc, b, err := nf.attach(ctx, "status")
 			if err != nil {
@@ -46,7 +59,7 @@ func newStatusCmd(e *env) *cobra.Command {
 				} else {
 					printStatus(e.stdout, st)
 				}
-				if watch == 0 {
+				if watch == 0 || until != "" && reached(st, until) {
 					return nil
 				}
 				select {
@@ -64,7 +77,18 @@ func newStatusCmd(e *env) *cobra.Command {
 	cmd.Flags().StringVar(&runID, "run", "", "show only this run")
 	cmd.Flags().DurationVar(&watch, "watch", 0, "repeat every interval until interrupted")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "one JSON object per report")
+	cmd.Flags().StringVar(&until, "until", "", "with --run: report until every job has a trajectory (answered) or every group its shard (sharded), then exit 0")
 	return cmd
+}
+
+// reached reports whether every run shown is answered or sharded.
+func reached(st *coordinator.FarmStatus, until string) bool {
+	for _, r := range st.Runs {
+		if r.Accounted < r.Expected || until == "sharded" && r.Sharded < r.Groups {
+			return false
+		}
+	}
+	return len(st.Runs) > 0
 }
 
 func printStatus(w io.Writer, st *coordinator.FarmStatus) {
@@ -95,17 +119,21 @@ func printStatus(w io.Writer, st *coordinator.FarmStatus) {
 		}
 	}
 	if len(st.Runs) > 0 {
-		fmt.Fprintln(tw, "RUN\tITERATION\tDONE\tDEAD\tPER MIN\tETA\tCREATED")
+		fmt.Fprintln(tw, "RUN\tITERATION\tDONE\tDEAD\tSHARDED\tPER MIN\tETA\tCREATED")
 		for _, r := range st.Runs {
 			eta := "-"
 			if r.ETA > 0 {
 				eta = r.ETA.Round(time.Second).String()
 			}
-			fmt.Fprintf(tw, "%s\t%d\t%d/%d\t%d\t%.1f\t%s\t%s\n", r.RunID, r.Iteration, r.Accounted, r.Expected, r.Dead,
-				r.PerMinute, eta, r.Created.Format(time.RFC3339))
+			fmt.Fprintf(tw, "%s\t%d\t%d/%d\t%d\t%d/%d\t%.1f\t%s\t%s\n", r.RunID, r.Iteration, r.Accounted, r.Expected, r.Dead,
+				r.Sharded, r.Groups, r.PerMinute, eta, r.Created.Format(time.RFC3339))
 		}
 	}
 	tw.Flush()
+	for _, f := range st.FailingShards {
+		fmt.Fprintf(w, "shard missing: %s/%d/%s failed %d times (retried %s): %s\n", f.Run, f.Iteration, f.Instance,
+			f.Failures, f.NextRetry.Local().Format(time.TimeOnly), f.Error)
+	}
 	for _, hb := range st.Workers {
 		if len(hb.Lacks) > 0 {
 			fmt.Fprintf(w, "worker %s lacks (passes their jobs on): %s\n", hb.ID, strings.Join(hb.Lacks, ", "))
