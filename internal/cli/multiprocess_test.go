@@ -224,3 +224,88 @@ func grepLines(s, sub string) string {
 	}
 	return strings.Join(out, "")
 }
+
+// TestMultiProcessFarmSurvivesANATSRestart kills the NATS server (SIGKILL)
+// in the middle of a run and starts it again on the same store and port
+// three seconds later: the coordinator waits the outage out and exits 0,
+// every job is archived exactly once, every group gets its shard (status
+// --until sharded), with no role restarted.
+func TestMultiProcessFarmSurvivesANATSRestart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-process test")
+	}
+	bin := buildBinary(t)
+	dir := t.TempDir()
+	if out, err := exec.Command(bin, "sample", "--out", filepath.Join(dir, "sample")).CombinedOutput(); err != nil {
+		t.Fatalf("sample: %v\n%s", err, out)
+	}
+	port := freePort(t)
+	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
+	natsArgs := []string{"nats", "--port", fmt.Sprint(port), "--store", filepath.Join(dir, "nats"), "--ack-wait", "3s"}
+	server := start(t, bin, nil, natsArgs...)
+	time.Sleep(500 * time.Millisecond)
+	common := []string{"--nats", url}
+	policy := policytest.Scripted(t, 100*time.Millisecond)
+	start(t, bin, nil, append([]string{"worker", "--repos", filepath.Join(dir, "sample", "repos"), "--base-url", policy.URL + "/v1",
+		"--concurrency", "4", "--id", "w1"}, common...)...)
+	learnerOut := filepath.Join(dir, "learner")
+	start(t, bin, nil, append([]string{"learner", "--out", learnerOut}, common...)...)
+	coord := exec.Command(bin, append([]string{"coordinator", "--dataset", filepath.Join(dir, "sample", "dataset.jsonl"),
+		"--repos", filepath.Join(dir, "sample", "repos"), "--run", "nr", "--samples", "4", "--policy", "openai", "--model", "m"}, common...)...)
+	var coordOut strings.Builder
+	coord.Stdout, coord.Stderr = &coordOut, &coordOut
+	if err := coord.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- coord.Wait() }()
+
+	time.Sleep(1500 * time.Millisecond) // mid-run: each episode takes three 100 ms policy calls
+	if err := server.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	server.cmd.Wait()
+	killed := time.Now()
+	time.Sleep(3 * time.Second)
+	start(t, bin, nil, natsArgs...)
+
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("coordinator: %v\n%s", err, coordOut.String())
+		}
+	case <-time.After(120 * time.Second):
+		coord.Process.Kill()
+		t.Fatalf("the run did not complete\n%s", coordOut.String())
+	}
+	answered := time.Since(killed)
+	st := exec.Command(bin, append([]string{"status", "--run", "nr", "--until", "sharded", "--watch", "500ms", "--json"}, common...)...)
+	stDone := make(chan []byte, 1)
+	go func() { out, _ := st.CombinedOutput(); stDone <- out }()
+	select {
+	case out := <-stDone:
+		if st.ProcessState.ExitCode() != 0 {
+			t.Fatalf("status --until sharded: %s", out)
+		}
+	case <-time.After(60 * time.Second):
+		st.Process.Kill()
+		t.Fatalf("not every group got its shard after the restart")
+	}
+	sharded := time.Since(killed)
+	trs, err := schema.ReadTrajectoryDir(filepath.Join(learnerOut, "archive", "nr", "0", "*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobs := map[string]int{}
+	for _, tr := range trs {
+		jobs[tr.JobID]++
+	}
+	if len(jobs) != 24 || len(trs) != 24 {
+		t.Errorf("%d trajectories for %d distinct jobs archived, want 24 and 24", len(trs), len(jobs))
+	}
+	shards, _ := filepath.Glob(filepath.Join(learnerOut, "shards", "nr", "0", "*", "manifest.json"))
+	if len(shards) != 6 {
+		t.Errorf("%d groups sharded, want 6", len(shards))
+	}
+	t.Logf("NATS killed, back 3 s later: run answered %.1f s and sharded %.1f s after the kill", answered.Seconds(), sharded.Seconds())
+}
