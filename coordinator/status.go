@@ -18,6 +18,10 @@ type FarmStatus struct {
 	// workers that died or timed out on them.
 	Redelivered uint64          `json:"redelivered"`
 	Workers     []bus.Heartbeat `json:"workers"`
+	// Silent are workers whose heartbeat has not been renewed for two of
+	// its periods: stopped or cut off, though their entry lives until it
+	// expires.
+	Silent []string `json:"silent,omitempty"`
 	// Learner is the trajectory log's consumer: how far behind it is and
 	// whether a learner is receiving.
 	Learner bus.LearnerState `json:"learner"`
@@ -59,6 +63,12 @@ func Status(ctx context.Context, b *bus.Bus, runID string) (*FarmStatus, error) 
 	st.Pending, st.InFlight, st.Redelivered = q.Pending, q.InFlight, q.Redelivered
 	if st.Workers, err = b.LiveWorkers(ctx); err != nil {
 		return nil, fmt.Errorf("workers: %w", err)
+	}
+	every := max(time.Second, b.HeartbeatTTL()/3)
+	for _, hb := range st.Workers {
+		if st.At.Sub(hb.Updated) > 2*every+time.Second {
+			st.Silent = append(st.Silent, hb.ID)
+		}
 	}
 	if st.Learner, err = b.Learner(ctx); err != nil {
 		return nil, fmt.Errorf("learner: %w", err)

@@ -146,13 +146,19 @@ func TestStatusShowsWhyJobsWereGivenUp(t *testing.T) {
 	if err := b.GiveUp(ctx, job, 1, why); err != nil {
 		t.Fatal(err)
 	}
+	// A worker killed a minute ago still has an entry until it expires.
+	hb, _ := json.Marshal(bus.Heartbeat{ID: "killed", Active: 4, Capacity: 4, Updated: time.Now().Add(-time.Minute)})
+	if _, err := b.Workers.Put(ctx, "killed", hb); err != nil {
+		t.Fatal(err)
+	}
 	code, out, errOut := run(t, "status", "--nats", srv.ClientURL())
-	if code != 0 || !strings.Contains(out, "run r: 1 dead (requeue with `a2farm jobs retry`): "+why) {
+	if code != 0 || !strings.Contains(out, "run r: 1 dead (requeue with `a2farm jobs retry`): "+why) || !strings.Contains(out, "silent") {
 		t.Fatalf("status exit %d:\n%s%s", code, out, errOut)
 	}
 	code, out, _ = run(t, "status", "--json", "--nats", srv.ClientURL())
 	var st coordinator.FarmStatus
-	if code != 0 || json.Unmarshal([]byte(out), &st) != nil || st.Runs[0].DeadReasons[why] != 1 || st.Runs[0].Accounted != 1 {
+	if code != 0 || json.Unmarshal([]byte(out), &st) != nil || st.Runs[0].DeadReasons[why] != 1 || st.Runs[0].Accounted != 1 ||
+		len(st.Silent) != 1 || st.Silent[0] != "killed" {
 		t.Fatalf("status --json: %s", out)
 	}
 }

@@ -114,7 +114,11 @@ func printStatus(w io.Writer, st *coordinator.FarmStatus) {
 	if len(st.Workers) > 0 {
 		fmt.Fprintln(tw, "WORKER\tHOST\tACTIVE\tDONE\tPOLICIES\tVERSION\tLAST SEEN")
 		for _, hb := range st.Workers {
-			fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%d\t%s\t%s\t%s ago\n", hb.ID, hb.Host, hb.Active, hb.Capacity, hb.Done,
+			active := fmt.Sprintf("%d/%d", hb.Active, hb.Capacity)
+			if slices.Contains(st.Silent, hb.ID) {
+				active = "silent" // its last report is stale: it stopped or lost the server
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s ago\n", hb.ID, hb.Host, active, hb.Done,
 				strings.Join(hb.Policies, ","), hb.Version, st.At.Sub(hb.Updated).Round(time.Second))
 		}
 	}

@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/a2farm/a2farm/schema"
@@ -158,7 +159,15 @@ func (s *Set) Call(ctx context.Context, name string, args json.RawMessage) Resul
 	if len(bytes.TrimSpace(args)) == 0 {
 		args = json.RawMessage("{}")
 	}
+	if err := checkArgSizes(args); err != nil {
+		return Result{Observation: fmt.Sprintf("Invalid arguments for `%s`: %s", name, err)}
+	}
+	ctx, cancel := context.WithTimeout(ctx, CallTimeout)
+	defer cancel()
 	res, err := s.safeCall(ctx, t, args)
+	if err != nil && ctx.Err() != nil {
+		return Result{Observation: fmt.Sprintf("Tool `%s` took longer than %s and was stopped: ask for less at once.", name, CallTimeout)}
+	}
 	if err != nil {
 		var ae *argError
 		if errors.As(err, &ae) {
@@ -169,6 +178,56 @@ func (s *Set) Call(ctx context.Context, name string, args json.RawMessage) Resul
 	res.Observation = Cut(res.Observation, GlobalCap, "\n\n... (truncated)")
 	res.Surfaced = visible(res.Surfaced, res.Observation)
 	return res
+}
+
+// Bounds on one tool call: arguments are what a model writes by hand, and
+// an oversized one (a pasted file as a search term) costs minutes of CPU
+// for no answer.
+const (
+	MaxArgBytes   = 16 << 10
+	MaxArgString  = 2000
+	CallTimeout   = 30 * time.Second
+	maxArgEntries = 200
+)
+
+// checkArgSizes refuses arguments larger than a model needs.
+func checkArgSizes(args json.RawMessage) error {
+	if len(args) > MaxArgBytes {
+		return fmt.Errorf("the arguments take %d bytes; at most %d are accepted", len(args), MaxArgBytes)
+	}
+	var v any
+	if json.Unmarshal(args, &v) != nil {
+		return nil // the tool explains malformed JSON itself
+	}
+	entries := 0
+	var walk func(any) error
+	walk = func(v any) error {
+		switch x := v.(type) {
+		case string:
+			if n := len([]rune(x)); n > MaxArgString {
+				return fmt.Errorf("a value of %d characters; at most %d are accepted: search for a shorter, distinctive part", n, MaxArgString)
+			}
+		case []any:
+			entries += len(x)
+			for _, e := range x {
+				if err := walk(e); err != nil {
+					return err
+				}
+			}
+		case map[string]any:
+			entries += len(x)
+			for _, e := range x {
+				if err := walk(e); err != nil {
+					return err
+				}
+			}
+		}
+		if entries > maxArgEntries {
+			return fmt.Errorf("more than %d values; ask for fewer at once", maxArgEntries)
+		}
+		return nil
+	}
+	return walk(v)
 }
 
 // safeCall runs a tool, turning a panic (a bug) into an error so that one

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/a2farm/a2farm/internal/gitrepo"
 	"github.com/a2farm/a2farm/internal/golden"
@@ -213,4 +214,22 @@ func TestUnknownToolInNew(t *testing.T) {
 func osMkdirTemp() (string, error) {
 	dir, err := filepath.Abs(filepath.Join(tempRoot(), "sample"))
 	return dir, err
+}
+
+// TestOversizedArgumentsAreRefused: a pasted file as a search term, or a
+// flood of values, is answered at once with what to do instead.
+func TestOversizedArgumentsAreRefused(t *testing.T) {
+	set := newSampleSet(t)
+	long := strings.Repeat("warehouse ", 100_000) // 1 MB
+	for _, args := range []string{
+		`{"search_terms": ["` + long[:MaxArgBytes+10] + `"]}`,
+		`{"search_terms": ["` + long[:MaxArgString+1] + `"]}`,
+		`{"entity_names": [` + strings.Repeat(`"a",`, maxArgEntries) + `"a"]}`,
+	} {
+		start := time.Now()
+		res := set.Call(context.Background(), SearchCodeSnippets, json.RawMessage(args))
+		if !strings.Contains(res.Observation, "Invalid arguments") || time.Since(start) > time.Second {
+			t.Errorf("%d-byte arguments: %.80q after %s", len(args), res.Observation, time.Since(start))
+		}
+	}
 }
