@@ -48,7 +48,7 @@ func Publish(ctx context.Context, cfg RunConfig) (*Published, error) {
 	case len(cfg.Instances) == 0:
 		return nil, &ConfigError{errors.New("the dataset has no valid instance")}
 	}
-	m := &schema.RunManifest{RunID: cfg.RunID, Iteration: cfg.Iteration, Samples: cfg.Samples, Gold: cfg.Gold,
+	m := &schema.RunManifest{RunID: cfg.RunID, Iteration: cfg.Iteration, Samples: cfg.Samples,
 		Spec: cfg.Spec, Attempt: 1, Created: time.Now().UTC()}
 	for _, in := range cfg.Instances {
 		m.Instances = append(m.Instances, in.InstanceID)
@@ -84,6 +84,17 @@ func Publish(ctx context.Context, cfg RunConfig) (*Published, error) {
 	}
 	if err := checkSizes(cfg, m); err != nil {
 		return nil, err
+	}
+	// Gold first, one entry per instance: the learner refuses to shard a
+	// group without it, so it must be durable before any job can finish.
+	for _, in := range cfg.Instances {
+		var g *schema.Locations
+		if loc, ok := cfg.Gold[in.InstanceID]; ok {
+			g = &loc
+		}
+		if err := cfg.Bus.PutGold(ctx, cfg.RunID, cfg.Iteration, in.InstanceID, g); err != nil {
+			return nil, err
+		}
 	}
 	if err := cfg.Bus.PutRun(ctx, m); err != nil {
 		return nil, err
@@ -121,7 +132,7 @@ func checkSizes(cfg RunConfig, m *schema.RunManifest) error {
 		return nil
 	}
 	if data, err := json.Marshal(m); err != nil || int64(len(data)) > limit {
-		return &ConfigError{fmt.Errorf("the run manifest (gold of %d instances) takes %d bytes, over the server's %d-byte message limit: split the dataset into several runs",
+		return &ConfigError{fmt.Errorf("the run manifest (%d instance ids) takes %d bytes, over the server's %d-byte message limit: split the dataset into several runs",
 			len(m.Instances), len(data), limit)}
 	}
 	for _, in := range cfg.Instances {

@@ -474,13 +474,17 @@ func (s *service) writeShard(ctx context.Context, k groupKey) error {
 	if err != nil {
 		return err
 	}
-	m, err := s.manifest(ctx, k.run, k.iteration)
+	// Without the instance's gold entry, scoring against none would
+	// write a shard of wrong rewards: refuse, and retry later.
+	loc, ok, err := s.cfg.Bus.GetGold(ctx, k.run, k.iteration, k.instance)
 	if err != nil {
-		// Without the run's manifest there is no gold: scoring against
-		// none would write a shard of wrong rewards.
 		return fmt.Errorf("no gold for the group: %w", err)
 	}
-	res, err := Process(trs, m.Gold, s.cfg.Learner)
+	gold := map[string]schema.Locations{}
+	if ok {
+		gold[k.instance] = loc
+	}
+	res, err := Process(trs, gold, s.cfg.Learner)
 	if err != nil {
 		return err
 	}

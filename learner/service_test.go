@@ -28,9 +28,10 @@ func openRun(ctx context.Context, t *testing.T, samples int) *bus.Bus {
 		t.Fatal(err)
 	}
 	if err := b.PutRun(ctx, &schema.RunManifest{RunID: "r", Samples: samples, Instances: []string{"i1"},
-		Expected: samples, Gold: gold, Created: time.Now()}); err != nil {
+		Expected: samples, Created: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
+	storeGold(ctx, t, b, gold)
 	return b
 }
 
@@ -286,6 +287,11 @@ func TestSecondLearnerStandsBy(t *testing.T) {
 	stopA := serveUntil(t, b, outA, closedA)
 	publish := func(instance string) {
 		t.Helper()
+		if instance != "i1" { // an instance without usable gold, as the coordinator records it
+			if err := b.PutGold(ctx, "r", 0, instance, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
 		for s := range int64(samples) {
 			tr := traj(s, schema.StatusOK, s == 0, "read")
 			tr.InstanceID, tr.JobID = instance, schema.JobID("r", 0, instance, s)
@@ -338,9 +344,10 @@ func TestServeQuarantinesForeignMessages(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := b.PutRun(ctx, &schema.RunManifest{RunID: "r", Samples: 1, Instances: []string{"i1"},
-		Expected: 1, Gold: gold, Created: time.Now()}); err != nil {
+		Expected: 1, Created: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
+	storeGold(ctx, t, b, gold)
 	for _, data := range []string{"garbage", "more garbage"} {
 		if _, err := js.Publish(ctx, "a2farm.trajectories.r.0", []byte(data)); err != nil {
 			t.Fatal(err)
@@ -410,9 +417,10 @@ func TestServeRetriesAFailedShard(t *testing.T) {
 	}
 	failing("no gold for the group") // no manifest yet
 	if err := b.PutRun(ctx, &schema.RunManifest{RunID: "r", Samples: 1, Instances: []string{"i1"}, Expected: 1,
-		Gold: gold, Created: time.Now()}); err != nil {
+		Created: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
+	storeGold(ctx, t, b, gold)
 	failing("not a directory") // now the blocked folder
 	if err := os.Remove(blocker); err != nil {
 		t.Fatal(err)
@@ -428,6 +436,16 @@ func TestServeRetriesAFailedShard(t *testing.T) {
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("the report still shows a failure: %+v", r)
+		}
+	}
+}
+
+// storeGold stores each instance's gold for run "r", as a coordinator does.
+func storeGold(ctx context.Context, tb testing.TB, b *bus.Bus, gold map[string]schema.Locations) {
+	tb.Helper()
+	for id, g := range gold {
+		if err := b.PutGold(ctx, "r", 0, id, &g); err != nil {
+			tb.Fatal(err)
 		}
 	}
 }

@@ -364,13 +364,12 @@ type LocOutput struct {
 // RunManifest is stored in the runs bucket for each run iteration: what
 // the run asked for, so that workers, the learner and status agree on it.
 type RunManifest struct {
-	RunID     string               `json:"run_id"`
-	Iteration int64                `json:"iteration"`
-	Samples   int                  `json:"samples"`
-	Instances []string             `json:"instances"`
-	Expected  int                  `json:"expected_jobs"`
-	Gold      map[string]Locations `json:"gold"`
-	Spec      RunSpec              `json:"spec"`
+	RunID     string   `json:"run_id"`
+	Iteration int64    `json:"iteration"`
+	Samples   int      `json:"samples"`
+	Instances []string `json:"instances"`
+	Expected  int      `json:"expected_jobs"`
+	Spec      RunSpec  `json:"spec"`
 	// Attempt is the run's current attempt: 1, and one more for each
 	// explicit rerun.
 	Attempt int64     `json:"attempt"`

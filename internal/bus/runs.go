@@ -201,3 +201,52 @@ func (b *Bus) GetLearnerReport(ctx context.Context) (*LearnerReport, error) {
 	}
 	return &r, nil
 }
+
+// goldKey is the runs-bucket key of one instance's gold in a run
+// iteration; the "_" prefix keeps it apart from run manifests.
+func goldKey(run string, iteration int64, instance string) string {
+	return fmt.Sprintf("_gold.%s.%d.%s", subjectToken(run), iteration, subjectToken(instance))
+}
+
+// goldEntry wraps an instance's gold so that "no usable gold" (null) is
+// told apart from "not stored".
+type goldEntry struct {
+	Gold *schema.Locations `json:"gold"`
+}
+
+// PutGold stores the gold of one instance of a run iteration (nil: the
+// instance has no usable gold), durably and apart from every other
+// instance, so that no entry grows with the dataset.
+func (b *Bus) PutGold(ctx context.Context, run string, iteration int64, instance string, gold *schema.Locations) error {
+	data, err := json.Marshal(goldEntry{Gold: gold})
+	if err != nil {
+		return err
+	}
+	if _, err := b.Runs.Put(ctx, goldKey(run, iteration, instance), data); err != nil {
+		return fmt.Errorf("store gold of %s: %w", instance, err)
+	}
+	return nil
+}
+
+// ErrNoGold says a run iteration stored no gold for an instance.
+var ErrNoGold = errors.New("no gold stored for the instance")
+
+// GetGold reads one instance's gold: ok is false when the instance has no
+// usable gold; ErrNoGold when none was stored.
+func (b *Bus) GetGold(ctx context.Context, run string, iteration int64, instance string) (gold schema.Locations, ok bool, err error) {
+	e, err := b.Runs.Get(ctx, goldKey(run, iteration, instance))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return schema.Locations{}, false, fmt.Errorf("%s/%d/%s: %w", run, iteration, instance, ErrNoGold)
+	}
+	if err != nil {
+		return schema.Locations{}, false, err
+	}
+	var g goldEntry
+	if err := json.Unmarshal(e.Value(), &g); err != nil {
+		return schema.Locations{}, false, fmt.Errorf("gold of %s: %w", instance, err)
+	}
+	if g.Gold == nil {
+		return schema.Locations{}, false, nil
+	}
+	return *g.Gold, true, nil
+}
