@@ -71,6 +71,13 @@ func Serve(ctx context.Context, cfg ServiceConfig) error {
 	if cfg.Bus == nil || cfg.Out == "" {
 		return errors.New("learner: a bus and an output folder are required")
 	}
+	// Bad hyperparameters fail now, not at every group close.
+	if err := cfg.Learner.Rewards.Validate(); err != nil {
+		return &ConfigError{err}
+	}
+	if err := cfg.Learner.Advantage.Validate(); err != nil {
+		return &ConfigError{err}
+	}
 	if cfg.GroupDeadline == 0 {
 		cfg.GroupDeadline = 30 * time.Minute
 	}
@@ -157,6 +164,12 @@ func Serve(ctx context.Context, cfg ServiceConfig) error {
 	}
 	return nil
 }
+
+// ConfigError is a learner configuration that can never work.
+type ConfigError struct{ Err error }
+
+func (e *ConfigError) Error() string { return "learner: " + e.Err.Error() }
+func (e *ConfigError) Unwrap() error { return e.Err }
 
 type service struct {
 	cfg       ServiceConfig

@@ -2,6 +2,7 @@ package learner
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -447,5 +448,19 @@ func storeGold(ctx context.Context, tb testing.TB, b *bus.Bus, gold map[string]s
 		if err := b.PutGold(ctx, "r", 0, id, &g); err != nil {
 			tb.Fatal(err)
 		}
+	}
+}
+
+// TestServeRefusesBadHyperparametersAtOnce: a bad discovery mode fails
+// before the learner reads anything, not at each group close.
+func TestServeRefusesBadHyperparametersAtOnce(t *testing.T) {
+	ctx := context.Background()
+	b := openRun(ctx, t, 1)
+	cfg := DefaultConfig()
+	cfg.Rewards.Discovery = "psychic"
+	err := Serve(ctx, ServiceConfig{Bus: b, Out: t.TempDir(), Learner: cfg, Log: zerolog.Nop()})
+	var ce *ConfigError
+	if !errors.As(err, &ce) {
+		t.Fatalf("Serve with a bad discovery mode: %v", err)
 	}
 }

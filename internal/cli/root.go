@@ -17,6 +17,7 @@ import (
 
 	"github.com/a2farm/a2farm/coordinator"
 	"github.com/a2farm/a2farm/internal/progress"
+	"github.com/a2farm/a2farm/learner"
 )
 
 // Exit codes.
@@ -81,7 +82,8 @@ func exitCode(ctx context.Context, err error, stderr io.Writer) int {
 	fmt.Fprintf(stderr, "a2farm: %v\n", err)
 	var ue *usageError
 	var ce *coordinator.ConfigError
-	if errors.As(err, &ue) || errors.As(err, &ce) {
+	var le *learner.ConfigError
+	if errors.As(err, &ue) || errors.As(err, &ce) || errors.As(err, &le) {
 		return exitUsage
 	}
 	return exitError
