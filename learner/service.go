@@ -241,7 +241,10 @@ func (s *service) takeBatch(ctx context.Context, msgs []jetstream.Msg) {
 		wg.Go(func() {
 			defer func() { <-slots }()
 			for _, r := range byPath[p] {
-				if err := s.take(ctx, p, r); err != nil {
+				var acked *ackError
+				if err := s.take(ctx, p, r); errors.As(err, &acked) {
+					s.cfg.Log.Warn().Err(err).Str("job", r.tr.JobID).Msg("trajectory archived; its redelivery will be taken as a duplicate")
+				} else if err != nil {
 					s.cfg.Log.Warn().Err(err).Str("job", r.tr.JobID).Msg("trajectory not archived; it will be redelivered")
 					_ = r.msg.NakWithDelay(5 * time.Second)
 					continue
@@ -287,16 +290,28 @@ func (s *service) take(ctx context.Context, path string, r received) error {
 		}
 		s.mu.Unlock()
 	}
-	if err := r.msg.DoubleAck(ctx); err != nil {
-		return err
-	}
+	// The archive file is durable now: the group counts it whether or
+	// not the acknowledgement gets through (one lost in an outage only
+	// brings a redelivery, archived as a duplicate), so a group completed
+	// by it closes now rather than when the redelivery comes.
 	s.mu.Lock()
 	if _, ok := s.groups[k]; !ok {
 		s.groups[k] = &groupState{first: time.Now()}
 	}
 	s.mu.Unlock()
+	if err := r.msg.DoubleAck(ctx); err != nil {
+		return &ackError{err}
+	}
 	return nil
 }
+
+// ackError is a trajectory archived whose acknowledgement failed.
+type ackError struct{ err error }
+
+func (e *ackError) Error() string {
+	return "archived, but the acknowledgement failed: " + e.err.Error()
+}
+func (e *ackError) Unwrap() error { return e.err }
 
 // closeIfComplete closes a group once all N of its trajectories are
 // archived; without a run manifest it closes at its deadline.
