@@ -39,7 +39,7 @@ func StartCluster(t testing.TB, confs ...string) *Cluster {
 	ports := make([]int, len(confs))
 	routes := make([]int, len(confs))
 	for i := range confs {
-		ports[i], routes[i] = freePort(t), freePort(t)
+		ports[i], routes[i] = FreePort(t), FreePort(t)
 	}
 	c := &Cluster{t: t}
 	dir := t.TempDir()
@@ -125,7 +125,8 @@ func (c *Cluster) StreamLeader(stream string) int {
 	return -1
 }
 
-func freePort(t testing.TB) int {
+// FreePort is a loopback TCP port free at the time of the call.
+func FreePort(t testing.TB) int {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
