@@ -63,8 +63,9 @@ bench-reference: ## our learner vs the reference advantage stage on the same 100
 	$(GO) test ./learner -run TestReferenceLearner -v -count 1
 
 .PHONY: soak
-soak: ## ~10,000 jobs through one farm worker: no memory or goroutine growth per job
+soak: ## ~10,000 jobs through one farm worker (no growth per job); 2,000 jobs through killed workers and a NATS restart (exactly once, RSS flat)
 	A2FARM_SOAK=1 $(GO) test ./worker -run Soak -v -count 1 -timeout 20m
+	A2FARM_SOAK=1 $(GO) test ./internal/cli -run TestSoakFaults -v -count 1 -timeout 20m
 
 .PHONY: check-gold
 check-gold: build ## compare extracted gold with the reference on data/dev-instances.jsonl (needs the repos in $(REPOS))

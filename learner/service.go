@@ -102,6 +102,8 @@ func Serve(ctx context.Context, cfg ServiceConfig) error {
 	}
 	s := &service{cfg: cfg, groups: map[groupKey]*groupState{}, manifests: map[string]*schema.RunManifest{}}
 	s.resume(ctx)
+	cfg.Log.Info().Int("groups", len(s.groups)).Dur("takeover_after", cfg.TakeoverAfter).
+		Msg("learner ready; waiting for the trajectory log (another learner holds it while it runs, a dead one until --takeover-after)")
 	// Jobs that exhaust their deliveries become infra_error trajectories
 	// here, so their groups close without waiting for the deadline.
 	defer cfg.Bus.StartDeadJobHandler(ctx, cfg.Log)()

@@ -149,7 +149,9 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Bus, error)
 		return nil, fmt.Errorf("workers bucket: %w", err)
 	}
 	if b.Payloads, err = js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
-		Bucket: PayloadStore, Storage: jetstream.FileStorage, Replicas: cfg.Replicas,
+		// Large payloads live exactly as long as the log messages that
+		// reference them.
+		Bucket: PayloadStore, Storage: jetstream.FileStorage, Replicas: cfg.Replicas, TTL: cfg.TrajMaxAge,
 	}); err != nil {
 		return nil, fmt.Errorf("payload store: %w", err)
 	}
@@ -215,6 +217,7 @@ func Differences(have, want Config) []Difference {
 	add("dedup-window", have.DedupWindow, want.DedupWindow)
 	add("max-msg-size", have.MaxMsgSize, want.MaxMsgSize)
 	add("heartbeat-ttl", have.HeartbeatTTL, want.HeartbeatTTL)
+	add("log-max-age", have.TrajMaxAge, want.TrajMaxAge)
 	return out
 }
 

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -160,5 +161,15 @@ func TestStatusShowsWhyJobsWereGivenUp(t *testing.T) {
 	if code != 0 || json.Unmarshal([]byte(out), &st) != nil || st.Runs[0].DeadReasons[why] != 1 || st.Runs[0].Accounted != 1 ||
 		len(st.Silent) != 1 || st.Silent[0] != "killed" {
 		t.Fatalf("status --json: %s", out)
+	}
+}
+
+// TestNATSPasswordsAreNeverPrinted: a password inside --nats does not
+// come back in the error that a failed connection prints.
+func TestNATSPasswordsAreNeverPrinted(t *testing.T) {
+	port := natstest.FreePort(t) // nothing listens there
+	code, out, errOut := run(t, "status", "--nats", fmt.Sprintf("nats://farm:hunter2-secret@127.0.0.1:%d", port))
+	if code == 0 || strings.Contains(out+errOut, "hunter2-secret") || !strings.Contains(errOut, "REDACTED") {
+		t.Errorf("exit %d, output %q %q", code, out, errOut)
 	}
 }

@@ -42,6 +42,7 @@ func (n *natsFlags) bindTopology(cmd *cobra.Command) {
 	f.DurationVar(&n.cfg.DedupWindow, "dedup-window", n.cfg.DedupWindow, "duplicate-detection window of the streams")
 	f.IntVar(&n.cfg.MaxMsgSize, "max-msg-size", n.cfg.MaxMsgSize, "largest trajectory message; larger ones go through the object store")
 	f.DurationVar(&n.cfg.HeartbeatTTL, "heartbeat-ttl", n.cfg.HeartbeatTTL, "worker heartbeat lifetime")
+	f.DurationVar(&n.cfg.TrajMaxAge, "log-max-age", n.cfg.TrajMaxAge, "how long the trajectory log and its large payloads are kept (0: forever; the learner's archive is the durable copy)")
 }
 
 // bindConnection binds only the connection flags, for commands that
