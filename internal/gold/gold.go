@@ -3,11 +3,13 @@
 // changed lines of each edited Python file are mapped to the methods and
 // functions that contain them, before and after the patch.
 //
-// It reproduces the reference's rules (breadth-first structure, class-body
-// and module-level edits give file-level gold only, nested functions roll up
-// to their outermost function, imports, comments, class docstrings and
-// module-level assignments are skipped) and fixes its one crash: a patch
-// that adds or deletes a .py file treats the missing side as an empty file.
+// It reproduces the rules behind the published gold files (breadth-first
+// structure; a class-body edit outside every method names the class, as
+// entity and module, and a class the patch creates is added; module-level
+// edits give file-level gold only; nested functions roll up to their
+// outermost function; imports, comments, class docstrings and module-level
+// assignments are skipped) and fixes the generator's one crash: a patch that
+// adds or deletes a .py file treats the missing side as an empty file.
 package gold
 
 import (
@@ -150,28 +152,28 @@ func (e *Extractor) fileChange(fp diff.FilePatch, src FileReader) (schema.FileCh
 		return schema.FileChange{}, "", err
 	}
 
-	var edited, added []string // "C.m" or "f", in first-seen order
+	var edited, added []string // "C.m", "f" or "C", in first-seen order
 	for i, h := range fp.Hunks {
 		for _, l := range h.Lines {
 			if l.Kind != diff.Removed || strings.TrimSpace(l.Text) == "" {
 				continue
 			}
-			if name, ok := oldStruct.entityAt(l.OldNo+offsets[i], l.Text); ok && !slices.Contains(edited, name) {
-				edited = append(edited, name)
+			if e, ok := oldStruct.entityAt(l.OldNo+offsets[i], l.Text); ok && !slices.Contains(edited, e.name) {
+				edited = append(edited, e.name)
 			}
 		}
 		for _, l := range h.Lines {
 			if l.Kind != diff.Added || strings.TrimSpace(l.Text) == "" {
 				continue
 			}
-			name, ok := newStruct.entityAt(l.NewNo+offsets[i], l.Text)
-			if !ok || slices.Contains(edited, name) || slices.Contains(added, name) {
+			e, ok := newStruct.entityAt(l.NewNo+offsets[i], l.Text)
+			if !ok || slices.Contains(edited, e.name) || slices.Contains(added, e.name) {
 				continue
 			}
-			if oldStruct.has(name) {
-				edited = append(edited, name)
+			if oldStruct.has(e) {
+				edited = append(edited, e.name)
 			} else {
-				added = append(added, name)
+				added = append(added, e.name)
 			}
 		}
 	}

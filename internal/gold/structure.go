@@ -1,6 +1,7 @@
 package gold
 
 import (
+	"slices"
 	"strings"
 
 	"github.com/a2farm/a2farm/internal/pyparse"
@@ -64,42 +65,56 @@ func newStructure(f *pyparse.File) *structure {
 	return s
 }
 
-// entityAt maps a changed line to "Class.method" or "function", the way
-// the reference does; ok is false for lines that give file-level gold only.
-func (s *structure) entityAt(line int, text string) (string, bool) {
+// entity is what a changed line maps to: a method ("C.m"), a function
+// ("f") or, for a line in a class body outside every direct method, the
+// class itself ("C").
+type entity struct {
+	name  string
+	class bool
+}
+
+// entityAt maps a changed line to its entity the way the reference does;
+// ok is false for lines that give file-level gold only (module-level code,
+// imports, comments, class docstrings).
+func (s *structure) entityAt(line int, text string) (entity, bool) {
 	if strings.HasPrefix(strings.TrimSpace(text), "#") {
-		return "", false
+		return entity{}, false
 	}
 	for _, sp := range s.skip {
 		if sp.Contains(line) {
-			return "", false
+			return entity{}, false
 		}
 	}
 	for _, c := range s.classes {
 		for _, m := range c.methods {
 			if m.span.Contains(line) {
-				return c.name + "." + m.name, true
+				return entity{name: c.name + "." + m.name}, true
 			}
 		}
 		if c.span.Contains(line) {
-			// Class body outside a direct method: no entity, and the scan
-			// stops here (this also hides nested classes' methods).
-			return "", false
+			// Class body outside a direct method (an attribute, a method's
+			// decorator line, a nested statement or class): the class, as
+			// in the published gold files; the scan stops here, so methods
+			// of nested classes roll up to the outer class.
+			return entity{name: c.name, class: true}, true
 		}
 	}
 	for _, f := range s.functions {
 		if f.span.Contains(line) {
-			return f.name, true
+			return entity{name: f.name}, true
 		}
 	}
-	return "", false
+	return entity{}, false
 }
 
-// has reports whether a name found in the new file existed in this (old)
-// structure: "C.m" needs a method m in the first class named C, "f" a
-// function named f.
-func (s *structure) has(name string) bool {
-	if cls, method, ok := strings.Cut(name, "."); ok {
+// has reports whether an entity found in the new file existed in this
+// (old) structure: a class C needs a class named C, "C.m" a method m in
+// the first class named C, "f" a function named f.
+func (s *structure) has(e entity) bool {
+	if e.class {
+		return slices.ContainsFunc(s.classes, func(c class) bool { return c.name == e.name })
+	}
+	if cls, method, ok := strings.Cut(e.name, "."); ok {
 		if i := strings.LastIndexByte(method, '.'); i >= 0 {
 			method = method[i+1:]
 		}
@@ -107,19 +122,9 @@ func (s *structure) has(name string) bool {
 			if c.name != cls {
 				continue
 			}
-			for _, m := range c.methods {
-				if m.name == method {
-					return true
-				}
-			}
-			return false
+			return slices.ContainsFunc(c.methods, func(m named) bool { return m.name == method })
 		}
 		return false
 	}
-	for _, f := range s.functions {
-		if f.name == name {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(s.functions, func(f named) bool { return f.name == e.name })
 }
