@@ -19,6 +19,7 @@ import (
 	"github.com/a2farm/a2farm/internal/atomicfile"
 	"github.com/a2farm/a2farm/internal/gitrepo"
 	"github.com/a2farm/a2farm/internal/gold"
+	"github.com/a2farm/a2farm/internal/lang"
 	"github.com/a2farm/a2farm/schema"
 )
 
@@ -28,7 +29,9 @@ type GoldConfig struct {
 	ReposDir string // one repository per dataset repo, named owner__name
 	Out      string // gt_location.jsonl to write; "" writes nothing
 	Strict   bool   // fail on the first bad dataset row
-	// MaxEditFiles: instances editing more .py files get null gold (0: no limit).
+	// Language parses the edited files (required).
+	Language lang.Language
+	// MaxEditFiles: instances editing more source files get null gold (0: no limit).
 	MaxEditFiles int
 	// Concurrency bounds parallel extraction; 0 means GOMAXPROCS.
 	Concurrency int
@@ -44,6 +47,8 @@ func (c *GoldConfig) validate() error {
 		return errors.New("a dataset is required (--dataset)")
 	case c.ReposDir == "":
 		return errors.New("a repos folder is required (--repos)")
+	case c.Language == nil:
+		return errors.New("no language to parse the dataset's files with")
 	case c.MaxEditFiles < 0:
 		return fmt.Errorf("max edit files must be >= 0, got %d", c.MaxEditFiles)
 	case c.Concurrency < 0:
@@ -55,10 +60,24 @@ func (c *GoldConfig) validate() error {
 	return nil
 }
 
-// GoldReport summarises a run.
+// GoldReport is a loaded dataset and its gold.
 type GoldReport struct {
-	Rows    []gold.Result
-	Skipped []*dataset.RowError
+	// Instances are the dataset's valid rows, in order; Rows their gold.
+	Instances []schema.Instance
+	Rows      []gold.Result
+	Skipped   []*dataset.RowError
+}
+
+// Locations maps each instance with gold (not null) to its locations, as
+// jobs are published with.
+func (r *GoldReport) Locations() map[string]schema.Locations {
+	out := make(map[string]schema.Locations, len(r.Rows))
+	for _, row := range r.Rows {
+		if row.Gold.FileChanges != nil {
+			out[row.Gold.InstanceID] = row.Gold.Locations()
+		}
+	}
+	return out
 }
 
 // ConfigError marks a bad configuration (the CLI exits 2 for it).
@@ -67,8 +86,9 @@ type ConfigError struct{ Err error }
 func (e *ConfigError) Error() string { return e.Err.Error() }
 func (e *ConfigError) Unwrap() error { return e.Err }
 
-// RunGold loads the dataset, extracts gold for every valid instance and
-// writes the rows in dataset order (tmp file, then rename).
+// RunGold loads the dataset (once: the commands that publish a run take
+// its instances from the report), extracts gold for every valid instance
+// and writes the rows in dataset order (tmp file, then rename).
 func RunGold(ctx context.Context, cfg GoldConfig) (*GoldReport, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, &ConfigError{err}
@@ -105,7 +125,7 @@ func RunGold(ctx context.Context, cfg GoldConfig) (*GoldReport, error) {
 	})
 	for range workers {
 		g.Go(func() error {
-			ex, err := gold.NewExtractor(gold.Options{MaxEditFiles: cfg.MaxEditFiles}, isNotFound)
+			ex, err := gold.NewExtractor(gold.Options{Language: cfg.Language, MaxEditFiles: cfg.MaxEditFiles}, isNotFound)
 			if err != nil {
 				return err
 			}
@@ -134,7 +154,7 @@ func RunGold(ctx context.Context, cfg GoldConfig) (*GoldReport, error) {
 	if err := g.Wait(); err != nil {
 		return nil, err
 	}
-	report := &GoldReport{Rows: results, Skipped: ds.Skipped}
+	report := &GoldReport{Instances: ds.Instances, Rows: results, Skipped: ds.Skipped}
 	if cfg.Out != "" {
 		if err := writeGold(cfg.Out, results); err != nil {
 			return nil, err

@@ -3,6 +3,8 @@ package worker
 import (
 	"context"
 	"fmt"
+	"github.com/a2farm/a2farm/internal/pyparse"
+	"github.com/a2farm/a2farm/worker/repoindex"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -83,7 +85,7 @@ func runFarm(tb testing.TB, l *sample.Layout, runID string, samples, concurrency
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {
-		done <- Run(runCtx, Config{Bus: b, Repos: repos, Policies: pol.registry, Concurrency: concurrency, WorkerID: "bench",
+		done <- Run(runCtx, Config{Bus: b, Repos: repos, Index: repoindex.BuildOptions{Language: pyparse.Python{}}, Policies: pol.registry, Concurrency: concurrency, WorkerID: "bench",
 			Log: zerolog.Nop(), OnJobStarted: func(id string) {
 				mu.Lock()
 				started[id] = time.Since(published[id])
@@ -215,7 +217,7 @@ func BenchmarkFarmVsLocalize(b *testing.B) {
 			for i := range b.N {
 				start, cpuStart := time.Now(), processCPU(b)
 				if _, err := Localize(context.Background(), LocalizeConfig{Instances: l.Instances, Repos: repos,
-					Spec: pol.spec, Policies: pol.registry, Samples: samples,
+					Spec: pol.spec, Index: repoindex.BuildOptions{Language: pyparse.Python{}}, Policies: pol.registry, Samples: samples,
 					Concurrency: concurrency, Out: filepath.Join(b.TempDir(), fmt.Sprint(i)), Log: zerolog.Nop()}); err != nil {
 					b.Fatal(err)
 				}

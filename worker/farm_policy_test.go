@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/a2farm/a2farm/internal/pyparse"
+	"github.com/a2farm/a2farm/worker/repoindex"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -84,7 +86,7 @@ func (f *policyFarm) startWorker(id string, cfg policy.RegistryConfig) (stop fun
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		if err := Run(ctx, Config{Bus: f.b, Repos: f.repos, Policies: reg, Concurrency: 4, Grace: time.Second,
+		if err := Run(ctx, Config{Bus: f.b, Repos: f.repos, Index: repoindex.BuildOptions{Language: pyparse.Python{}}, Policies: reg, Concurrency: 4, Grace: time.Second,
 			WorkerID: id, Log: zerolog.Nop()}); err != nil {
 			f.t.Error(err)
 		}
@@ -289,7 +291,7 @@ func TestAWorkerWithoutTheRepositoryPassesTheJobOn(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := Run(ctx, Config{Bus: f.b, Repos: w.repos, Policies: reg, Concurrency: 4, Grace: time.Second,
+			if err := Run(ctx, Config{Bus: f.b, Repos: w.repos, Index: repoindex.BuildOptions{Language: pyparse.Python{}}, Policies: reg, Concurrency: 4, Grace: time.Second,
 				WorkerID: w.id, Log: zerolog.Nop()}); err != nil {
 				t.Error(err)
 			}

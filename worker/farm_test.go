@@ -3,6 +3,8 @@ package worker
 import (
 	"context"
 	"fmt"
+	"github.com/a2farm/a2farm/internal/pyparse"
+	"github.com/a2farm/a2farm/worker/repoindex"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -69,7 +71,7 @@ func TestFarmWorkersRunEveryJobOnce(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			err := Run(runCtx, Config{Bus: b, Repos: repos, Policies: builtinPolicies(t), Concurrency: 4,
+			err := Run(runCtx, Config{Bus: b, Repos: repos, Index: repoindex.BuildOptions{Language: pyparse.Python{}}, Policies: builtinPolicies(t), Concurrency: 4,
 				WorkerID: string(rune('a' + i)), Log: zerolog.Nop(),
 				OnJobSettled: func(id, outcome string) { mu.Lock(); outcomes[id] = outcome; mu.Unlock() }})
 			if err != nil {
@@ -164,7 +166,7 @@ func TestIdleIndexesAreKeptUpToTheLimit(t *testing.T) {
 		{"keep none", -1, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg := Config{Bus: &bus.Bus{}, Repos: repos, Policies: builtinPolicies(t), KeepIndexes: tc.keep}
+			cfg := Config{Bus: &bus.Bus{}, Repos: repos, Index: repoindex.BuildOptions{Language: pyparse.Python{}}, Policies: builtinPolicies(t), KeepIndexes: tc.keep}
 			if err := cfg.validate(); err != nil {
 				t.Fatal(err)
 			}

@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"fmt"
+	"github.com/a2farm/a2farm/worker/repoindex"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -61,7 +62,7 @@ func TestSoakWorkerMemory(t *testing.T) {
 			acked := make(chan struct{}, perRound)
 			done := make(chan error, 1)
 			go func() {
-				done <- Run(ctx, Config{Bus: b, Repos: repos, Policies: builtinPolicies(t), Concurrency: 8,
+				done <- Run(ctx, Config{Bus: b, Repos: repos, Index: repoindex.BuildOptions{Language: pyparse.Python{}}, Policies: builtinPolicies(t), Concurrency: 8,
 					KeepIndexes: tc.keep, WorkerID: "soak", Log: zerolog.Nop(), OnJobSettled: func(_, outcome string) {
 						if outcome == "ack" {
 							acked <- struct{}{}

@@ -102,23 +102,49 @@ func TestOnlyPyparseUsesCgo(t *testing.T) {
 	}
 }
 
-// TestImportRules enforces DESIGN.md §1: imports flow one way, cli ->
-// coordinator/worker/learner -> internal, schema.
+// layer places a package in the house, top-down: the binary (4), the CLI
+// (3), the roles — coordinator, worker, learner — (2), the libraries
+// under internal/ (1) and the contracts in schema (0). docs/ARCHITECTURE.md
+// draws it.
+func layer(path string) int {
+	switch {
+	case under(path, "cmd"):
+		return 4
+	case under(path, "internal/cli"):
+		return 3
+	case under(path, "coordinator"), under(path, "worker"), under(path, "learner"), under(path, "deploy"):
+		return 2
+	case under(path, "internal"):
+		return 1
+	case under(path, "schema"):
+		return 0
+	}
+	return -1
+}
+
+var layerNames = [...]string{"schema", "a library (internal/)", "a role", "the CLI", "the binary"}
+
+// TestImportRules enforces the layering of docs/ARCHITECTURE.md: nothing
+// imports a package of a higher layer; the roles share code only through
+// internal/ and schema.
 func TestImportRules(t *testing.T) {
 	pkgs := loadPackages(t)
 	for _, p := range pkgs {
+		from := layer(p.path)
+		if from < 0 {
+			t.Errorf("%s belongs to no layer; place it in layer()", p.path)
+			continue
+		}
 		for imp := range p.imports {
 			if !strings.HasPrefix(imp, module) {
 				continue
 			}
+			to := layer(imp)
 			switch {
 			case under(imp, "internal/natstest"): // only non-test files are loaded here
 				t.Errorf("%s imports %s: the embedded test server is for tests only", p.path, imp)
-			case under(imp, "internal/cli") && p.path != module+"/cmd/a2farm":
-				t.Errorf("%s imports %s: only cmd/a2farm may import the CLI", p.path, imp)
-			case under(p.path, "internal") && !under(p.path, "internal/cli") &&
-				(under(imp, "coordinator") || under(imp, "worker") || under(imp, "learner")):
-				t.Errorf("%s imports %s: internal packages sit below coordinator, worker and learner", p.path, imp)
+			case to > from:
+				t.Errorf("%s (%s) imports %s (%s): a lower layer never imports a higher one", p.path, layerNames[from], imp, layerNames[to])
 			case (under(p.path, "learner") || under(p.path, "coordinator")) && under(imp, "worker"):
 				t.Errorf("%s imports %s: learner and coordinator never import worker", p.path, imp)
 			case under(p.path, "learner") && under(imp, "coordinator"),
@@ -129,12 +155,56 @@ func TestImportRules(t *testing.T) {
 	}
 }
 
+// TestLanguageSeam keeps Python behind package lang: only the parser
+// itself and the CLI, which chooses the language, may reach
+// internal/pyparse, directly or through other packages. Everything else
+// (graph, search, tools, agent, gold, rewards, metrics, roles) sees
+// languages only as lang.Language.
+func TestLanguageSeam(t *testing.T) {
+	pkgs := loadPackages(t)
+	python := module + "/internal/pyparse"
+	reaches := map[string]bool{}
+	var visit func(path string) bool
+	visiting := map[string]bool{}
+	visit = func(path string) bool {
+		if r, ok := reaches[path]; ok {
+			return r
+		}
+		if visiting[path] {
+			return false
+		}
+		visiting[path] = true
+		r := false
+		if p := pkgs[path]; p != nil {
+			for imp := range p.imports {
+				if imp == python || strings.HasPrefix(imp, module) && visit(imp) {
+					r = true
+				}
+			}
+		}
+		reaches[path] = r
+		return r
+	}
+	for path := range pkgs {
+		if path == python || under(path, "internal/cli") || under(path, "cmd") {
+			continue
+		}
+		if visit(path) {
+			t.Errorf("%s reaches internal/pyparse; take a lang.Language instead", path)
+		}
+	}
+	if !visit(module + "/internal/cli") {
+		t.Error("internal/cli does not reach internal/pyparse: is the walk broken?")
+	}
+}
+
 // TestLeafPackagesStayLeaves keeps the contracts and the parser free of
 // heavy dependencies.
 func TestLeafPackagesStayLeaves(t *testing.T) {
 	allowed := map[string][]string{
 		module + "/schema":            {"github.com/apache/arrow-go/"},
-		module + "/internal/pyparse":  {"github.com/tree-sitter/"},
+		module + "/internal/pyparse":  {"github.com/tree-sitter/", module + "/internal/lang"},
+		module + "/internal/lang":     nil, // the seam: standard library only
 		module + "/learner/advantage": nil, // the method itself: standard library only
 	}
 	pkgs := loadPackages(t)

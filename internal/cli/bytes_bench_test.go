@@ -3,6 +3,8 @@ package cli
 import (
 	"bytes"
 	"context"
+	"github.com/a2farm/a2farm/internal/pyparse"
+	"github.com/a2farm/a2farm/worker/repoindex"
 	"os"
 	"path/filepath"
 	"testing"
@@ -53,7 +55,7 @@ func BenchmarkTrainingBytes(b *testing.B) {
 	spec := schema.RunSpec{Policy: schema.Policy{Kind: policy.KindHeuristic}, Seed: 42,
 		Limits: schema.Limits{MaxToolCalls: 20, MaxContextTokens: 40000}}
 	trs, err := worker.Localize(context.Background(), worker.LocalizeConfig{Instances: ds.Instances, Repos: repos,
-		Spec: spec, Policies: reg, Samples: 8, Out: filepath.Join(dir, "loc"), Log: zerolog.Nop()})
+		Spec: spec, Index: repoindex.BuildOptions{Language: pyparse.Python{}}, Policies: reg, Samples: 8, Out: filepath.Join(dir, "loc"), Log: zerolog.Nop()})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -3,6 +3,8 @@ package cli
 import (
 	"context"
 	"fmt"
+	"github.com/a2farm/a2farm/internal/pyparse"
+	"github.com/a2farm/a2farm/worker/repoindex"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -81,7 +83,7 @@ func testClusterLosesANode(t *testing.T, leader bool) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_ = worker.Run(ctx, worker.Config{Bus: b, Repos: repos, Policies: reg, Concurrency: 8, Grace: time.Second,
+			_ = worker.Run(ctx, worker.Config{Bus: b, Repos: repos, Index: repoindex.BuildOptions{Language: pyparse.Python{}}, Policies: reg, Concurrency: 8, Grace: time.Second,
 				WorkerID: fmt.Sprint("w", i), Log: zerolog.Nop()})
 		}()
 	}

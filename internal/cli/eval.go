@@ -42,6 +42,7 @@ instances without a prediction score 0, as in the reference protocol, unless
 			if err != nil {
 				return err
 			}
+			opts.Language = e.language
 			rep, err := metrics.Evaluate(preds, golds, opts)
 			if err != nil {
 				return err
@@ -57,7 +58,7 @@ instances without a prediction score 0, as in the reference protocol, unless
 				if err != nil {
 					return err
 				}
-				for k, v := range metrics.TrajectoryStats(trs, golds) {
+				for k, v := range metrics.TrajectoryStats(trs, golds, e.language) {
 					rep.Overall[k] = v
 				}
 			}

@@ -10,11 +10,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/a2farm/a2farm/coordinator"
-	"github.com/a2farm/a2farm/coordinator/dataset"
 	"github.com/a2farm/a2farm/internal/gitrepo"
 	"github.com/a2farm/a2farm/internal/gold"
 	"github.com/a2farm/a2farm/learner"
-	"github.com/a2farm/a2farm/schema"
 	"github.com/a2farm/a2farm/worker"
 )
 
@@ -46,29 +44,14 @@ func newCoordinatorCmd(e *env) *cobra.Command {
 			}
 			defer farm.leave()
 			b := farm.bus
-			repos := gitrepo.NewSet(reposDir)
-			defer repos.Close()
-			ds, err := dataset.Load(ctx, datasetPath, dataset.Options{Strict: strict, Repos: repos})
-			if err != nil {
-				return err
-			}
-			for _, s := range ds.Skipped {
-				e.log.Warn().Int("line", s.Line).Str("instance", s.InstanceID).Msg("skipping row: " + s.Reason)
-			}
 			report, err := coordinator.RunGold(ctx, coordinator.GoldConfig{Dataset: datasetPath, ReposDir: reposDir,
-				MaxEditFiles: gold.DefaultMaxEditFiles, Log: e.log})
+				Strict: strict, Language: e.language, MaxEditFiles: gold.DefaultMaxEditFiles, Log: e.log})
 			if err != nil {
 				return err
-			}
-			goldByID := map[string]schema.Locations{}
-			for _, r := range report.Rows {
-				if r.Gold.FileChanges != nil {
-					goldByID[r.Gold.InstanceID] = r.Gold.Locations()
-				}
 			}
 			report2, finish := e.progress("published")
 			pub, err := coordinator.Publish(ctx, coordinator.RunConfig{Bus: b, RunID: runID, Iteration: iteration,
-				Instances: ds.Instances, Gold: goldByID, Samples: samples, Spec: spec, Rerun: rerun, Progress: report2})
+				Instances: report.Instances, Gold: report.Locations(), Samples: samples, Spec: spec, Rerun: rerun, Progress: report2})
 			finish()
 			if err != nil {
 				return err
@@ -150,7 +133,7 @@ func newWorkerCmd(e *env) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			opts, err := cf.options()
+			opts, err := cf.options(e.language)
 			if err != nil {
 				return err
 			}
@@ -186,6 +169,7 @@ func newLearnerCmd(e *env) *cobra.Command {
 	var out string
 	var deadline, takeover time.Duration
 	cfg := learner.DefaultConfig()
+	cfg.Rewards.Language = e.language
 	cmd := &cobra.Command{
 		Use:   "learner --nats URL --out DIR",
 		Short: "Archive trajectories, close groups and write weighted training shards",

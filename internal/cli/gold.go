@@ -19,10 +19,11 @@ func newGoldCmd(e *env) *cobra.Command {
 		Use:   "gold --dataset FILE --repos DIR [--out gt_location.jsonl]",
 		Short: "Extract gold locations from each instance's gold patch",
 		Long: `gold reads every edited .py file at the instance's base_commit straight from git,
-applies the gold patch in memory and maps the changed lines to the functions and
-methods that contain them, exactly as the reference gt_location.jsonl generator
-does (with its crash on added/deleted files fixed). Rows are written in dataset
-order in the gt_location.jsonl format.
+applies the gold patch in memory and maps the changed lines to the functions,
+methods and classes that contain them, exactly as in the published
+gt_location.jsonl files (a class-body edit outside every method names the
+class; the generator's crash on added/deleted files is fixed). Rows are
+written in dataset order in the gt_location.jsonl format.
 
 --repos holds one git repository per dataset repo, bare or not, named
 owner__name (e.g. psf__requests). --compare checks the result against a
@@ -30,6 +31,7 @@ reference file and fails when any instance differs.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg.Log = e.log
+			cfg.Language = e.language
 			if !quiet {
 				var finish func()
 				cfg.Progress, finish = e.progress("gold")

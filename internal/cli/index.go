@@ -3,12 +3,16 @@ package cli
 import (
 	"context"
 	"fmt"
+	"github.com/a2farm/a2farm/internal/lang"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/a2farm/a2farm/internal/gitrepo"
+	"github.com/a2farm/a2farm/worker/codegraph"
+	"github.com/a2farm/a2farm/worker/codesearch"
 	"github.com/a2farm/a2farm/worker/repoindex"
+	"github.com/a2farm/a2farm/worker/summary"
 )
 
 func newIndexCmd(e *env) *cobra.Command {
@@ -29,7 +33,7 @@ func newIndexBuildCmd(e *env) *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			start := time.Now()
-			idx, release, err := buildIndex(cmd.Context(), sf, cf)
+			idx, release, err := buildIndex(cmd.Context(), e.language, sf, cf)
 			if err != nil {
 				return err
 			}
@@ -83,11 +87,11 @@ func (f *snapshotFlags) open() (*gitrepo.Set, *gitrepo.Snapshot, error) {
 // buildIndex builds (or loads from the cache) the indexes of the snapshot
 // the flags name. release closes the index and then its repository, which
 // the commit tools read while the index is in use.
-func buildIndex(ctx context.Context, sf snapshotFlags, cf cacheFlags) (idx *repoindex.Index, release func(), err error) {
+func buildIndex(ctx context.Context, l lang.Language, sf snapshotFlags, cf cacheFlags) (idx *repoindex.Index, release func(), err error) {
 	if err := sf.validate(); err != nil {
 		return nil, nil, err
 	}
-	opts, err := cf.options()
+	opts, err := cf.options(l)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -129,16 +133,16 @@ one {"src","dst","type"} line per edge. Parallel edges are kept.`,
 			}
 			defer repos.Close()
 			start := time.Now()
-			src, err := repoindex.LoadSnapshot(cmd.Context(), sf.repo, snap)
+			src, err := codegraph.LoadSnapshot(cmd.Context(), e.language, sf.repo, snap)
 			if err != nil {
 				return err
 			}
 			loaded := time.Since(start)
-			parsed, err := repoindex.ParseAll(cmd.Context(), src.Files)
+			parsed, err := codegraph.ParseAll(cmd.Context(), e.language, src.Files)
 			if err != nil {
 				return err
 			}
-			g := repoindex.BuildGraph(src.Files, parsed)
+			g := codegraph.BuildGraph(e.language, src.Files, parsed)
 			e.log.Info().Int("files", len(src.Files)).Int("skipped", len(src.Skipped)).
 				Int("nodes", len(g.Nodes)).Int("edges", len(g.Edges)).
 				Str("read", loaded.Round(time.Millisecond).String()).
@@ -169,10 +173,10 @@ func (c *cacheFlags) bind(cmd *cobra.Command) {
 	f.StringVar(&c.summaries, "summaries", "", "prebuilt {file_path: summary} JSON for view_summary/search_summary (default: structural summaries)")
 }
 
-func (c *cacheFlags) options() (repoindex.BuildOptions, error) {
-	var opts repoindex.BuildOptions
-	if c.engine != repoindex.EngineBleve && c.engine != repoindex.EngineBM25 {
-		return opts, usagef("--search-engine %q: want %s or %s", c.engine, repoindex.EngineBleve, repoindex.EngineBM25)
+func (c *cacheFlags) options(l lang.Language) (repoindex.BuildOptions, error) {
+	opts := repoindex.BuildOptions{Language: l}
+	if c.engine != codesearch.EngineBleve && c.engine != codesearch.EngineBM25 {
+		return opts, usagef("--search-engine %q: want %s or %s", c.engine, codesearch.EngineBleve, codesearch.EngineBM25)
 	}
 	opts.Engine = c.engine
 	if c.maxGiB < 0 {
@@ -186,7 +190,7 @@ func (c *cacheFlags) options() (repoindex.BuildOptions, error) {
 		opts.Cache = cache
 	}
 	if c.summaries != "" {
-		table, err := repoindex.LoadSummaryFile(c.summaries)
+		table, err := summary.LoadSummaryFile(c.summaries)
 		if err != nil {
 			return opts, err
 		}

@@ -46,7 +46,7 @@ found_modules, found_entities, raw_output). Score them with a2farm eval.`,
 			if samples < 1 || limit < 0 || concurrency < 0 {
 				return usagef("--samples must be >= 1, --limit and --concurrency >= 0")
 			}
-			opts, err := cf.options()
+			opts, err := cf.options(e.language)
 			if err != nil {
 				return err
 			}

@@ -19,6 +19,7 @@ import (
 
 func newReplayCmd(e *env) *cobra.Command {
 	cfg := learner.DefaultConfig()
+	cfg.Rewards.Language = e.language
 	var archive, goldPath, out, labelsPath, sweep, datasetPath, reposDir string
 	var maxRows int
 	var sft bool
@@ -171,7 +172,7 @@ func extractGold(ctx context.Context, e *env, datasetPath, reposDir string) ([]s
 		return nil, usagef("--dataset needs --repos")
 	}
 	report, err := coordinator.RunGold(ctx, coordinator.GoldConfig{Dataset: datasetPath, ReposDir: reposDir,
-		MaxEditFiles: gold.DefaultMaxEditFiles, Log: e.log})
+		Language: e.language, MaxEditFiles: gold.DefaultMaxEditFiles, Log: e.log})
 	if err != nil {
 		return nil, err
 	}

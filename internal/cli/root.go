@@ -16,7 +16,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/a2farm/a2farm/coordinator"
+	"github.com/a2farm/a2farm/internal/lang"
 	"github.com/a2farm/a2farm/internal/progress"
+	"github.com/a2farm/a2farm/internal/pyparse"
 	"github.com/a2farm/a2farm/learner"
 )
 
@@ -41,12 +43,15 @@ type env struct {
 	log            zerolog.Logger
 	logLevel       string
 	logFormat      string
+	// language is the one programming language a2farm reads today; the
+	// CLI is where it is chosen, every package below takes it as a value.
+	language lang.Language
 }
 
 // Run executes the command line and returns the process exit code.
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	stderr = &syncWriter{w: stderr}
-	e := &env{stdout: stdout, stderr: stderr}
+	e := &env{stdout: stdout, stderr: stderr, language: pyparse.Python{}}
 	root := newRoot(e)
 	root.SetArgs(args)
 	root.SetOut(stdout)
@@ -58,7 +63,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 // CheckArgs reports whether args name an a2farm command and flags it
 // accepts, without running anything: deployment files are tested with it.
 func CheckArgs(args []string) error {
-	root := newRoot(&env{stdout: io.Discard, stderr: io.Discard})
+	root := newRoot(&env{stdout: io.Discard, stderr: io.Discard, language: pyparse.Python{}})
 	cmd, rest, err := root.Find(args)
 	if err != nil {
 		return err

@@ -10,7 +10,8 @@ import (
 	"github.com/a2farm/a2farm/coordinator/dataset"
 	"github.com/a2farm/a2farm/internal/gitrepo"
 	"github.com/a2farm/a2farm/schema"
-	"github.com/a2farm/a2farm/worker/repoindex"
+	"github.com/a2farm/a2farm/worker/codegraph"
+	"github.com/a2farm/a2farm/worker/codesearch"
 )
 
 func newIndexSearchEvalCmd(e *env) *cobra.Command {
@@ -41,8 +42,8 @@ same tokens. Gold comes from --gold, or from file_changes in the dataset rows.`,
 			if err != nil {
 				return err
 			}
-			engines := []string{repoindex.EngineBM25, repoindex.EngineBleve}
-			sums := map[string]repoindex.RetrievalScore{}
+			engines := []string{codesearch.EngineBM25, codesearch.EngineBleve}
+			sums := map[string]codesearch.RetrievalScore{}
 			n := 0
 			tw := tabwriter.NewWriter(e.stdout, 2, 4, 2, ' ', 0)
 			fmt.Fprintf(tw, "INSTANCE\tCHUNKS\tGOLD FILES\t%[1]s recall@%[3]d\t%[1]s MRR\t%[2]s recall@%[3]d\t%[2]s MRR\n", engines[0], engines[1], k)
@@ -55,15 +56,15 @@ same tokens. Gold comes from --gold, or from file_changes in the dataset rows.`,
 				if err != nil {
 					return err
 				}
-				src, err := repoindex.LoadSnapshot(cmd.Context(), inst.Repo, snap)
+				src, err := codegraph.LoadSnapshot(cmd.Context(), e.language, inst.Repo, snap)
 				if err != nil {
 					return err
 				}
-				parsed, err := repoindex.ParseAll(cmd.Context(), src.Files)
+				parsed, err := codegraph.ParseAll(cmd.Context(), e.language, src.Files)
 				if err != nil {
 					return err
 				}
-				ci := repoindex.BuildChunkIndex(src.Files, parsed, true)
+				ci := codesearch.BuildChunkIndex(e.language, src.Files, parsed, true)
 				dir, err := os.MkdirTemp("", "a2farm-bleve")
 				if err != nil {
 					return err

@@ -7,7 +7,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/a2farm/a2farm/internal/llm"
-	"github.com/a2farm/a2farm/worker/repoindex"
+	"github.com/a2farm/a2farm/worker/codegraph"
+	"github.com/a2farm/a2farm/worker/summary"
 )
 
 func newIndexSummarizeCmd(e *env) *cobra.Command {
@@ -40,14 +41,14 @@ the environment variable named by --api-key-env.`,
 				return err
 			}
 			defer repos.Close()
-			src, err := repoindex.LoadSnapshot(cmd.Context(), sf.repo, snap)
+			src, err := codegraph.LoadSnapshot(cmd.Context(), e.language, sf.repo, snap)
 			if err != nil {
 				return err
 			}
 			report, finish := e.progress("summaries")
-			made, err := repoindex.GenerateSummaries(cmd.Context(), src,
-				&repoindex.LLMSummarizer{Client: client, Model: model, MaxChars: maxChars},
-				repoindex.SummarizeConfig{Out: out, Concurrency: concurrency, Progress: report})
+			made, err := summary.GenerateSummaries(cmd.Context(), src,
+				&summary.LLMSummarizer{Client: client, Model: model, MaxChars: maxChars},
+				summary.SummarizeConfig{Out: out, Concurrency: concurrency, Progress: report})
 			finish()
 			if err != nil {
 				return err

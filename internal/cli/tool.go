@@ -33,7 +33,7 @@ Tools: ` + strings.Join(tools.AllNames(), ", ") + `.`,
 			if !json.Valid([]byte(args)) {
 				return usagef("--args is not valid JSON: %s", args)
 			}
-			idx, release, err := buildIndex(cmd.Context(), sf, cf)
+			idx, release, err := buildIndex(cmd.Context(), e.language, sf, cf)
 			if err != nil {
 				return err
 			}

@@ -14,7 +14,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/a2farm/a2farm/coordinator"
-	"github.com/a2farm/a2farm/coordinator/dataset"
 	"github.com/a2farm/a2farm/internal/bus"
 	"github.com/a2farm/a2farm/internal/gitrepo"
 	"github.com/a2farm/a2farm/internal/gold"
@@ -62,7 +61,7 @@ the trajectory archive in DIR/learner/archive.`,
 			if err := servable(policies, spec); err != nil {
 				return err
 			}
-			opts, err := cf.options()
+			opts, err := cf.options(e.language)
 			if err != nil {
 				return err
 			}
@@ -114,25 +113,17 @@ the trajectory archive in DIR/learner/archive.`,
 
 			repos := gitrepo.NewSet(reposDir)
 			defer repos.Close()
-			ds, err := dataset.Load(ctx, datasetPath, dataset.Options{Repos: repos})
-			if err != nil {
-				return err
-			}
 			report, err := coordinator.RunGold(ctx, coordinator.GoldConfig{Dataset: datasetPath, ReposDir: reposDir,
-				MaxEditFiles: gold.DefaultMaxEditFiles, Log: e.log})
+				Language: e.language, MaxEditFiles: gold.DefaultMaxEditFiles, Log: e.log})
 			if err != nil {
 				return err
 			}
-			goldByID := map[string]schema.Locations{}
 			var golds []schema.Gold
 			for _, r := range report.Rows {
 				golds = append(golds, r.Gold)
-				if r.Gold.FileChanges != nil {
-					goldByID[r.Gold.InstanceID] = r.Gold.Locations()
-				}
 			}
-			pub, err := coordinator.Publish(ctx, coordinator.RunConfig{Bus: b, RunID: runID, Instances: ds.Instances,
-				Gold: goldByID, Samples: samples, Spec: spec})
+			pub, err := coordinator.Publish(ctx, coordinator.RunConfig{Bus: b, RunID: runID, Instances: report.Instances,
+				Gold: report.Locations(), Samples: samples, Spec: spec})
 			if err != nil {
 				return err
 			}
@@ -172,7 +163,7 @@ the trajectory archive in DIR/learner/archive.`,
 			}()
 
 			report2, finish := e.progress("rollouts")
-			groups := len(ds.Instances)
+			groups := len(report.Instances)
 			tracker, err := b.TrackRun(ctx, m, true)
 			if err != nil {
 				return err
@@ -210,11 +201,11 @@ the trajectory archive in DIR/learner/archive.`,
 				preds = append(preds, schema.LocOutput{InstanceID: tr.InstanceID, Sample: tr.Sample,
 					Files: tr.Predictions.Files, Modules: tr.Predictions.Modules, Entities: tr.Predictions.Entities})
 			}
-			rep, err := metrics.Evaluate(preds, golds, metrics.EvalOptions{})
+			rep, err := metrics.Evaluate(preds, golds, metrics.EvalOptions{Language: e.language})
 			if err != nil {
 				return err
 			}
-			for k, v := range metrics.TrajectoryStats(trs, golds) {
+			for k, v := range metrics.TrajectoryStats(trs, golds, e.language) {
 				rep.Overall[k] = v
 			}
 			printReport(e, rep)

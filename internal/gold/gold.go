@@ -1,7 +1,9 @@
 // Package gold extracts gold locations from an instance's gold patch, the
 // way the reference generator (LocAgent's gen_oracle_locations) does:
-// changed lines of each edited Python file are mapped to the methods and
-// functions that contain them, before and after the patch.
+// changed lines of each edited source file are mapped to the methods,
+// functions and classes that contain them, before and after the patch.
+// Files are parsed through the lang seam; the rules are the reference's
+// rules for Python.
 //
 // It reproduces the rules behind the published gold files (breadth-first
 // structure; a class-body edit outside every method names the class, as
@@ -9,7 +11,7 @@
 // edits give file-level gold only; nested functions roll up to their
 // outermost function; imports, comments, class docstrings and module-level
 // assignments are skipped) and fixes the generator's one crash: a patch that
-// adds or deletes a .py file treats the missing side as an empty file.
+// adds or deletes a source file treats the missing side as an empty file.
 package gold
 
 import (
@@ -19,17 +21,20 @@ import (
 	"strings"
 
 	"github.com/a2farm/a2farm/internal/diff"
-	"github.com/a2farm/a2farm/internal/pyparse"
+	"github.com/a2farm/a2farm/internal/lang"
 	"github.com/a2farm/a2farm/schema"
 )
 
-// DefaultMaxEditFiles is the default limit on edited .py files, as in the
-// reference's SWE-Gym wrapper; instances above it get null gold.
+// DefaultMaxEditFiles is the default limit on edited source files, as in
+// the reference's SWE-Gym wrapper; instances above it get null gold.
 const DefaultMaxEditFiles = 10
 
 // Options tune extraction.
 type Options struct {
-	// MaxEditFiles: instances that edit more .py files get null gold.
+	// Language parses the edited files; only files with its extensions
+	// count (.py for Python). Required.
+	Language lang.Language
+	// MaxEditFiles: instances that edit more source files get null gold.
 	// Zero means no limit.
 	MaxEditFiles int
 }
@@ -51,7 +56,7 @@ type Result struct {
 // Extractor turns gold patches into gold rows. It owns a parser and is not
 // safe for concurrent use.
 type Extractor struct {
-	parser     *pyparse.Parser
+	parser     lang.Parser
 	opts       Options
 	isNotFound func(error) bool
 }
@@ -62,7 +67,10 @@ func NewExtractor(opts Options, isNotFound func(error) bool) (*Extractor, error)
 	if opts.MaxEditFiles < 0 {
 		return nil, fmt.Errorf("max edit files must be >= 0, got %d", opts.MaxEditFiles)
 	}
-	p, err := pyparse.NewParser()
+	if opts.Language == nil {
+		return nil, errors.New("gold: no language")
+	}
+	p, err := opts.Language.NewParser()
 	if err != nil {
 		return nil, err
 	}
@@ -90,24 +98,25 @@ func (e *Extractor) Extract(inst schema.Instance, src FileReader) (Result, error
 	if err != nil {
 		return res, fmt.Errorf("%w: %w", ErrBadPatch, err)
 	}
-	var pyFiles []diff.FilePatch
+	var sources []diff.FilePatch
 	seen := map[string]bool{}
 	for _, fp := range patches {
-		if p := fp.Path(); strings.HasSuffix(p, ".py") && !seen[p] {
+		if p := fp.Path(); lang.HasExtension(e.opts.Language, p) && !seen[p] {
 			seen[p] = true
-			pyFiles = append(pyFiles, fp)
+			sources = append(sources, fp)
 		}
 	}
+	exts := strings.Join(e.opts.Language.Extensions(), "/")
 	switch {
-	case len(pyFiles) == 0:
-		res.NullReason = "the patch edits no .py file"
+	case len(sources) == 0:
+		res.NullReason = fmt.Sprintf("the patch edits no %s file", exts)
 		return res, nil
-	case e.opts.MaxEditFiles > 0 && len(pyFiles) > e.opts.MaxEditFiles:
-		res.NullReason = fmt.Sprintf("the patch edits %d .py files (limit %d)", len(pyFiles), e.opts.MaxEditFiles)
+	case e.opts.MaxEditFiles > 0 && len(sources) > e.opts.MaxEditFiles:
+		res.NullReason = fmt.Sprintf("the patch edits %d %s files (limit %d)", len(sources), exts, e.opts.MaxEditFiles)
 		return res, nil
 	}
-	changes := make([]schema.FileChange, 0, len(pyFiles))
-	for _, fp := range pyFiles {
+	changes := make([]schema.FileChange, 0, len(sources))
+	for _, fp := range sources {
 		fc, reason, err := e.fileChange(fp, src)
 		if err != nil {
 			return res, err
@@ -203,5 +212,5 @@ func (e *Extractor) structure(path string, src []byte, missing bool) (*structure
 	if err != nil {
 		return nil, err
 	}
-	return newStructure(f), nil
+	return newStructure(f, e.opts.Language), nil
 }

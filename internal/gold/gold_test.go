@@ -11,6 +11,7 @@ import (
 
 	"github.com/a2farm/a2farm/internal/gitrepo"
 	"github.com/a2farm/a2farm/internal/golden"
+	"github.com/a2farm/a2farm/internal/pyparse"
 	"github.com/a2farm/a2farm/internal/repogen"
 	"github.com/a2farm/a2farm/internal/sample"
 	"github.com/a2farm/a2farm/schema"
@@ -18,6 +19,7 @@ import (
 
 func newExtractor(t *testing.T, opts Options) *Extractor {
 	t.Helper()
+	opts.Language = pyparse.Python{}
 	ex, err := NewExtractor(opts, func(err error) bool { return errors.Is(err, gitrepo.ErrNotFound) })
 	if err != nil {
 		t.Fatal(err)

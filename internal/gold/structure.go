@@ -4,7 +4,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/a2farm/a2farm/internal/pyparse"
+	"github.com/a2farm/a2farm/internal/lang"
 )
 
 // structure is the reference generator's view of a file.
@@ -17,12 +17,12 @@ type structure struct {
 	// lines to skip: import statements anywhere, class docstrings (as
 	// many lines as the cleaned docstring has, from its first line) and
 	// module-level assignments.
-	skip []pyparse.Span
+	skip []lang.Span
 }
 
 type named struct {
 	name string
-	span pyparse.Span
+	span lang.Span
 }
 
 type class struct {
@@ -30,27 +30,26 @@ type class struct {
 	methods []named
 }
 
-func newStructure(f *pyparse.File) *structure {
+func newStructure(f *lang.File, l lang.Language) *structure {
 	s := &structure{}
 	methodNames := map[string]bool{}
 	for _, d := range f.BreadthFirst() {
 		switch d.Kind {
-		case pyparse.KindClass:
+		case lang.KindClass:
 			c := class{named: named{d.Name, d.Span}}
 			for _, m := range d.Children {
-				if m.Kind == pyparse.KindFunction && m.Method {
+				if m.Kind == lang.KindFunction && m.Method {
 					c.methods = append(c.methods, named{m.Name, m.Span})
 					methodNames[m.Name] = true
 				}
 			}
 			s.classes = append(s.classes, c)
 			if doc := d.Docstring; doc != nil {
-				if cleaned := pyparse.CleanDocstring(doc.Text); cleaned != "" {
-					n := len(pyparse.SplitLines(cleaned))
-					s.skip = append(s.skip, pyparse.Span{Start: doc.Span.Start, End: doc.Span.Start + n - 1})
+				if n := l.DocstringLines(doc.Text); n > 0 {
+					s.skip = append(s.skip, lang.Span{Start: doc.Span.Start, End: doc.Span.Start + n - 1})
 				}
 			}
-		case pyparse.KindFunction:
+		case lang.KindFunction:
 			if !methodNames[d.Name] {
 				s.functions = append(s.functions, named{d.Name, d.Span})
 			}

@@ -695,7 +695,3 @@ func countLines(src []byte) int {
 	}
 	return n
 }
-
-func sortStableByDepth(defs []*Def) {
-	slices.SortStableFunc(defs, func(a, b *Def) int { return a.Depth - b.Depth })
-}

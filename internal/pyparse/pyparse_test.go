@@ -107,14 +107,14 @@ func TestSpansMatchPythonAST(t *testing.T) {
 		t.Fatalf("defs = %d, want 1", len(f.Defs))
 	}
 	a := f.Defs[0]
-	if a.Span != (Span{1, 8}) {
+	if a.Span != (Span{Start: 1, End: 8}) {
 		t.Errorf("class span = %v, want {1 8}", a.Span)
 	}
 	m := a.Children[0]
-	if m.Span != (Span{3, 8}) || !m.Method {
+	if m.Span != (Span{Start: 3, End: 8}) || !m.Method {
 		t.Errorf("method span = %v method=%v, want {3 8} true", m.Span, m.Method)
 	}
-	if len(m.Decorators) != 1 || m.Decorators[0].Span != (Span{2, 2}) || m.Decorators[0].Name != "staticmethod" {
+	if len(m.Decorators) != 1 || m.Decorators[0].Span != (Span{Start: 2, End: 2}) || m.Decorators[0].Name != "staticmethod" {
 		t.Errorf("decorators = %+v", m.Decorators)
 	}
 	if f.Lines != 12 {

@@ -1,7 +1,9 @@
 package metrics
 
 import (
+	"errors"
 	"fmt"
+	"github.com/a2farm/a2farm/internal/lang"
 	"slices"
 	"sort"
 
@@ -23,6 +25,9 @@ type Report struct {
 
 // EvalOptions tune Evaluate.
 type EvalOptions struct {
+	// Language names the initializer that function-level predictions
+	// lose (required).
+	Language lang.Language
 	// OnlyPredicted skips gold instances that have no prediction at all
 	// (the reference protocol scores them 0).
 	OnlyPredicted bool
@@ -40,6 +45,9 @@ func MetricKeys() []string { return slices.Clone(metricKeys) }
 // several samples, each sample index is scored over all instances and the
 // results are averaged.
 func Evaluate(preds []schema.LocOutput, golds []schema.Gold, opts EvalOptions) (*Report, error) {
+	if opts.Language == nil {
+		return nil, errors.New("evaluate: no language")
+	}
 	bySample := map[int64]map[string]schema.LocOutput{}
 	predicted := map[string]bool{}
 	for _, p := range preds {
@@ -83,7 +91,7 @@ func Evaluate(preds []schema.LocOutput, golds []schema.Gold, opts EvalOptions) (
 			if !ok {
 				rep.Missing++
 			}
-			predBy := [3][]string{p.Files, p.Modules, NormalizeFunctions(p.Entities)}
+			predBy := [3][]string{p.Files, p.Modules, NormalizeFunctions(p.Entities, opts.Language)}
 			for _, level := range Levels {
 				gold := goldBy[level]
 				if len(gold) == 0 {

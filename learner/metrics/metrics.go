@@ -5,6 +5,7 @@
 package metrics
 
 import (
+	"github.com/a2farm/a2farm/internal/lang"
 	"math"
 	"strings"
 )
@@ -58,13 +59,14 @@ func dedup(ids []string) []string {
 	return out
 }
 
-// NormalizeFunctions strips a trailing ".__init__" from function-level
-// predictions and de-duplicates them, as the reference evaluation does
-// (gold is left alone).
-func NormalizeFunctions(pred []string) []string {
+// NormalizeFunctions strips a trailing initializer (".__init__") from
+// function-level predictions and de-duplicates them, as the reference
+// evaluation does (gold is left alone).
+func NormalizeFunctions(pred []string, l lang.Language) []string {
+	suffix := lang.QualifiedInitializer(l)
 	out := make([]string, len(pred))
 	for i, p := range pred {
-		out[i] = strings.TrimSuffix(p, ".__init__")
+		out[i] = strings.TrimSuffix(p, suffix)
 	}
 	return dedup(out)
 }

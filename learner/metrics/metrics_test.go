@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"github.com/a2farm/a2farm/internal/pyparse"
 	"math"
 	"testing"
 
@@ -68,7 +69,7 @@ func TestRankingMetrics(t *testing.T) {
 }
 
 func TestNormalizeFunctions(t *testing.T) {
-	got := NormalizeFunctions([]string{"a.py:C.__init__", "a.py:C", "a.py:f", "a.py:f"})
+	got := NormalizeFunctions([]string{"a.py:C.__init__", "a.py:C", "a.py:f", "a.py:f"}, pyparse.Python{})
 	want := []string{"a.py:C", "a.py:f"}
 	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
 		t.Errorf("NormalizeFunctions = %q, want %q", got, want)
@@ -131,7 +132,7 @@ func TestEvaluateAveragesSamplesAndSkipsEmptyGold(t *testing.T) {
 		{InstanceID: "o__r-2", Sample: 0, Files: []string{"b.py"}},
 		// o__r-2 has no sample 1: it scores 0 there
 	}
-	rep, err := Evaluate(preds, golds, EvalOptions{})
+	rep, err := Evaluate(preds, golds, EvalOptions{Language: pyparse.Python{}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,7 +153,7 @@ func TestEvaluateAveragesSamplesAndSkipsEmptyGold(t *testing.T) {
 	if _, ok := rep.PerRepo["p/q"]; ok {
 		t.Error("a repo with only null gold got a row")
 	}
-	only, err := Evaluate(preds[:1], golds, EvalOptions{OnlyPredicted: true})
+	only, err := Evaluate(preds[:1], golds, EvalOptions{Language: pyparse.Python{}, OnlyPredicted: true})
 	if err != nil || only.Instances != 1 || only.Overall["file.recall@k"] != 1 {
 		t.Errorf("only predicted: %+v, %v", only, err)
 	}
@@ -177,7 +178,7 @@ func TestTrajectoryStats(t *testing.T) {
 			PromptTokens: 10,
 		},
 	}
-	st := TrajectoryStats(trs, golds)
+	st := TrajectoryStats(trs, golds, pyparse.Python{})
 	want := map[string]float64{
 		"file.dc_gap":                     (0 + (0 - 1)) / 2.0, // t1: seen 1 committed 1 -> 0; t2: seen 0 committed 1 -> -1
 		"function.dc_gap":                 ((1 - 0) + (0 - 1)) / 2.0,

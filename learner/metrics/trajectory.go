@@ -1,6 +1,9 @@
 package metrics
 
-import "github.com/a2farm/a2farm/schema"
+import (
+	"github.com/a2farm/a2farm/internal/lang"
+	"github.com/a2farm/a2farm/schema"
+)
 
 // TrajectoryStats adds the metrics that need whole trajectories, averaged
 // over trajectories: per level the discovery–commit gap ("<level>.dc_gap",
@@ -11,7 +14,7 @@ import "github.com/a2farm/a2farm/schema"
 // "observation_chars", "wall_seconds", "prompt_tokens",
 // "completion_tokens". Trajectories of instances without gold count for
 // cost only.
-func TrajectoryStats(trs []schema.Trajectory, golds []schema.Gold) map[string]float64 {
+func TrajectoryStats(trs []schema.Trajectory, golds []schema.Gold, l lang.Language) map[string]float64 {
 	gold := map[string]schema.Locations{}
 	for _, g := range golds {
 		if g.FileChanges != nil {
@@ -58,7 +61,7 @@ func TrajectoryStats(trs []schema.Trajectory, golds []schema.Gold) map[string]fl
 		}{
 			{"file", seen.Files, tr.Predictions.Files, g.Files},
 			{"module", seen.Modules, tr.Predictions.Modules, g.Modules},
-			{"function", seen.Entities, NormalizeFunctions(tr.Predictions.Entities), g.Entities},
+			{"function", seen.Entities, NormalizeFunctions(tr.Predictions.Entities, l), g.Entities},
 		}
 		for _, l := range levels {
 			if len(l.goldIDs) == 0 {

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/a2farm/a2farm/internal/lang"
 	"github.com/a2farm/a2farm/learner/advantage"
 	"github.com/a2farm/a2farm/learner/metrics"
 	"github.com/a2farm/a2farm/schema"
@@ -39,6 +40,9 @@ type Config struct {
 	// TerminalOnly drops progress and step cost: only the last step is
 	// rewarded, with the F1 term.
 	TerminalOnly bool
+	// Language says what a source path looks like, for the reference
+	// discovery mode's mention rule (required there only).
+	Language lang.Language `json:"-"`
 }
 
 // DefaultConfig holds DESIGN.md §6 defaults: α = (1, 0.5, 0.5), c = 0.02,
@@ -52,6 +56,9 @@ func DefaultConfig() Config {
 func (c Config) Validate() error {
 	if c.Discovery != DiscoverySurfaced && c.Discovery != DiscoveryReference {
 		return fmt.Errorf("discovery %q: want %s or %s", c.Discovery, DiscoverySurfaced, DiscoveryReference)
+	}
+	if c.Discovery == DiscoveryReference && c.Language == nil {
+		return fmt.Errorf("discovery %s needs a language to find mentioned paths", DiscoveryReference)
 	}
 	if c.Gamma < 0 || c.Gamma > 1 {
 		return fmt.Errorf("gamma must be in [0, 1], got %g", c.Gamma)
@@ -90,8 +97,12 @@ func Label(tr schema.Trajectory, gold schema.Locations, cfg Config) (Labels, boo
 	found := [3]map[string]bool{{}, {}, {}}
 	lb := Labels{Progress: make([][3]float64, 0, len(tr.Turns))}
 	prev := [3]float64{}
+	var mentions *mentionRule
+	if cfg.Discovery == DiscoveryReference {
+		mentions = newMentionRule(cfg.Language)
+	}
 	for i := range tr.Turns {
-		seen := discoveredAt(&tr.Turns[i], cfg.Discovery)
+		seen := discoveredAt(&tr.Turns[i], mentions)
 		var prog [3]float64
 		for L := range 3 {
 			for _, g := range goldBy[L] {
@@ -149,10 +160,11 @@ type evidence struct {
 	text string
 }
 
-// discoveredAt collects the evidence of a turn.
-func discoveredAt(turn *schema.Turn, mode string) evidence {
-	if mode == DiscoveryReference {
-		files, modules, entities := mentions(turn.Observation + "\n" + turn.AssistantContent + "\n" + argsText(turn.ToolArgs))
+// discoveredAt collects the evidence of a turn: the tool's surfaced ids,
+// or, with a mention rule (reference mode), every mention.
+func discoveredAt(turn *schema.Turn, mentions *mentionRule) evidence {
+	if mentions != nil {
+		files, modules, entities := mentions.find(turn.Observation + "\n" + turn.AssistantContent + "\n" + argsText(turn.ToolArgs))
 		return evidence{ids: [3][]string{files, modules, entities}}
 	}
 	return evidence{ids: [3][]string{turn.Surfaced.Files, turn.Surfaced.Modules, turn.Surfaced.Entities},
@@ -199,21 +211,30 @@ func isIDByte(b byte) bool {
 		b >= '0' && b <= '9' || b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z'
 }
 
-var (
-	mentionFile   = regexp.MustCompile(`[\w./-]+\.py`)
-	mentionEntity = regexp.MustCompile(`([\w./-]+\.py):([\w.]+)`)
-)
+// mentionRule is the reference's mention rule (§D.2) for one language's
+// source paths.
+type mentionRule struct {
+	file, entity *regexp.Regexp
+}
 
-// mentions extracts the reference's mentions from text (§D.2): files with
-// a "/", entities path.py:Name.x and their modules path.py:Name.
-func mentions(text string) (files, modules, entities []string) {
+func newMentionRule(l lang.Language) *mentionRule {
+	ext := lang.ExtensionPattern(l)
+	return &mentionRule{
+		file:   regexp.MustCompile(`[\w./-]+` + ext),
+		entity: regexp.MustCompile(`([\w./-]+` + ext + `):([\w.]+)`),
+	}
+}
+
+// find extracts the mentions of text: files with a "/", entities
+// path.py:Name.x and their modules path.py:Name.
+func (r *mentionRule) find(text string) (files, modules, entities []string) {
 	clean := func(p string) string { return strings.TrimLeft(p, "./") }
-	for _, m := range mentionFile.FindAllString(text, -1) {
+	for _, m := range r.file.FindAllString(text, -1) {
 		if p := clean(m); strings.Contains(p, "/") {
 			files = append(files, p)
 		}
 	}
-	for _, m := range mentionEntity.FindAllStringSubmatch(text, -1) {
+	for _, m := range r.entity.FindAllStringSubmatch(text, -1) {
 		p := clean(m[1])
 		if !strings.Contains(p, "/") {
 			continue

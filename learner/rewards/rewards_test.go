@@ -1,6 +1,7 @@
 package rewards
 
 import (
+	"github.com/a2farm/a2farm/internal/pyparse"
 	"math"
 	"testing"
 
@@ -70,7 +71,7 @@ func TestReferenceDiscovery(t *testing.T) {
 	tr.Turns[0].Surfaced = schema.Locations{}
 	tr.Turns[0].AssistantContent = "I bet it is ./a/x.py:C.m."
 	cfg := DefaultConfig()
-	cfg.Discovery = DiscoveryReference
+	cfg.Discovery, cfg.Language = DiscoveryReference, pyparse.Python{}
 	lb, _ := Label(tr, gold, cfg)
 	// The trailing dot stays attached to the mention ("C.m."), so the
 	// entity is not found at turn 0, but file and module are.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/a2farm/a2farm/internal/lang"
 	"regexp"
 	"slices"
 	"strings"
@@ -12,7 +13,7 @@ import (
 
 	"github.com/a2farm/a2farm/internal/llm"
 	"github.com/a2farm/a2farm/schema"
-	"github.com/a2farm/a2farm/worker/repoindex"
+	"github.com/a2farm/a2farm/worker/codegraph"
 	"github.com/a2farm/a2farm/worker/tools"
 )
 
@@ -36,6 +37,9 @@ type ModelRequest struct {
 	// TextMode says the tools are described in the system message and
 	// calls are expected in the <function=...> syntax.
 	TextMode bool
+	// Language is the repository's language, for built-in policies that
+	// read paths out of text as a model would.
+	Language lang.Language
 }
 
 // ModelReply is one assistant message, exactly as the policy returned it,
@@ -90,7 +94,7 @@ func (c Config) withDefaults() Config {
 type Episode struct {
 	Job   schema.Job
 	Tools *tools.Set
-	Graph *repoindex.Graph
+	Graph *codegraph.Graph
 	Model Model
 	// Hooks for tests and metrics; nil is fine.
 	OnTurn func(schema.Turn)
@@ -102,6 +106,7 @@ type Episode struct {
 func Run(ctx context.Context, cfg Config, ep Episode) (schema.Trajectory, error) {
 	cfg = cfg.withDefaults()
 	job := ep.Job
+	syntax := newPathSyntax(ep.Graph.Language())
 	tr := schema.Trajectory{
 		JobID: job.JobID, RunID: job.RunID, Iteration: job.Iteration, InstanceID: job.InstanceID,
 		Repo: job.Repo, Sample: job.Sample, Status: schema.StatusOK, StartedAt: time.Now().UTC(),
@@ -146,7 +151,7 @@ func Run(ctx context.Context, cfg Config, ep Episode) (schema.Trajectory, error)
 		}
 		start := time.Now()
 		sent, reply, err := next(ctx, ep.Model, cfg, msgs, lastPrompt, ModelRequest{InstanceID: job.InstanceID,
-			Sample: job.Sample, Seed: job.Sampling.Seed, Turn: turn, TextMode: cfg.TextMode}, specs)
+			Sample: job.Sample, Seed: job.Sampling.Seed, Turn: turn, TextMode: cfg.TextMode, Language: syntax.lang}, specs)
 		latency := time.Since(start)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -190,7 +195,7 @@ func Run(ctx context.Context, cfg Config, ep Episode) (schema.Trajectory, error)
 		}
 		msgs = append(msgs, msg)
 		if len(calls) == 0 {
-			if a, ok := plainAnswer(msg.Content); ok {
+			if a, ok := syntax.plainAnswer(msg.Content); ok {
 				answer, finished = a, true
 			} else {
 				msgs = append(msgs, llm.Message{Role: "user", Content: keepGoing})
@@ -231,11 +236,11 @@ func Run(ctx context.Context, cfg Config, ep Episode) (schema.Trajectory, error)
 		turnRec.Surfaced = surfaced
 		tr.Turns = append(tr.Turns, record(turnRec, ep.OnTurn))
 	}
-	if strings.TrimSpace(answer) == "" || !pathInText.MatchString(answer) {
-		answer = fallbackAnswer(answer, msgs)
+	if strings.TrimSpace(answer) == "" || !syntax.inText.MatchString(answer) {
+		answer = syntax.fallbackAnswer(answer, msgs)
 	}
 	tr.FinalAnswer = answer
-	tr.Predictions = ParseAnswer(answer, ep.Graph)
+	tr.Predictions = parseAnswer(answer, ep.Graph, syntax)
 	tr.FinishedAt = time.Now().UTC()
 	return tr, nil
 }
@@ -323,29 +328,25 @@ func schemaType(set *tools.Set) func(tool, param string) string {
 	return func(tool, param string) string { return types[tool+"."+param] }
 }
 
-var (
-	finishTag  = regexp.MustCompile(`(?s)<finish>.*?</finish>`)
-	pathInText = regexp.MustCompile(`\w+/[\w./-]*\.py`)
-	fencedPath = regexp.MustCompile("(?s)```[^\\n]*\\n.*?\\w+/[\\w./-]*\\.py.*?```")
-)
+var finishTag = regexp.MustCompile(`(?s)<finish>.*?</finish>`)
 
 // plainAnswer recognises a reply without a tool call that still answers:
 // a <finish>...</finish> span (the answer is the rest of the reply) or a
-// fenced block naming a .py path (the answer is the whole reply).
-func plainAnswer(content string) (string, bool) {
+// fenced block naming a source path (the answer is the whole reply).
+func (ps *pathSyntax) plainAnswer(content string) (string, bool) {
 	if finishTag.MatchString(content) {
 		return strings.TrimSpace(finishTag.ReplaceAllString(content, "")), true
 	}
-	if fencedPath.MatchString(content) {
+	if ps.fenced.MatchString(content) {
 		return content, true
 	}
 	return "", false
 }
 
 // fallbackAnswer applies the reference's answer fallback: the latest
-// assistant text naming a path, else the .py paths the agent asked tools
-// about, most recent first.
-func fallbackAnswer(answer string, msgs []llm.Message) string {
+// assistant text naming a path, else the source paths the agent asked
+// tools about, most recent first.
+func (ps *pathSyntax) fallbackAnswer(answer string, msgs []llm.Message) string {
 	var tail strings.Builder
 	tail.WriteString(answer)
 	for i := len(msgs) - 1; i >= 0; i-- {
@@ -353,7 +354,7 @@ func fallbackAnswer(answer string, msgs []llm.Message) string {
 			continue
 		}
 		text := msgs[i].Content + "\n" + tail.String()
-		if pathInText.MatchString(text) {
+		if ps.inText.MatchString(text) {
 			return text
 		}
 		tail.Reset()
@@ -364,7 +365,7 @@ func fallbackAnswer(answer string, msgs []llm.Message) string {
 		for _, c := range msgs[i].ToolCalls {
 			switch c.Function.Name {
 			case tools.GetEntityContents, tools.SearchCodeSnippets, tools.ViewSummary:
-				for _, p := range pathInText.FindAllString(c.Function.Arguments, -1) {
+				for _, p := range ps.inText.FindAllString(c.Function.Arguments, -1) {
 					if !slices.Contains(paths, p) {
 						paths = append(paths, p)
 					}

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"fmt"
+	"github.com/a2farm/a2farm/internal/pyparse"
 	"reflect"
 	"strings"
 	"testing"
@@ -71,20 +72,21 @@ func TestTrimKeepsTaskAndRecentTurns(t *testing.T) {
 }
 
 func TestPlainAnswerAndFallback(t *testing.T) {
-	if a, ok := plainAnswer("done <finish>x</finish> here"); !ok || a != "done  here" {
+	syntax := newPathSyntax(pyparse.Python{})
+	if a, ok := syntax.plainAnswer("done <finish>x</finish> here"); !ok || a != "done  here" {
 		t.Errorf("finish tag: %q %v", a, ok)
 	}
-	if _, ok := plainAnswer("```\npkg/a.py\n```"); !ok {
+	if _, ok := syntax.plainAnswer("```\npkg/a.py\n```"); !ok {
 		t.Error("fenced path not taken as an answer")
 	}
-	if _, ok := plainAnswer("thinking about pkg/a.py"); ok {
+	if _, ok := syntax.plainAnswer("thinking about pkg/a.py"); ok {
 		t.Error("a bare mention is not an answer")
 	}
 	msgs := []llm.Message{
 		{Role: "assistant", ToolCalls: []llm.ToolCall{{Function: llm.FunctionCall{Name: "get_entity_contents", Arguments: `{"entity_names":["pkg/a.py:f"]}`}}}},
 		{Role: "assistant", ToolCalls: []llm.ToolCall{{Function: llm.FunctionCall{Name: "search_code_snippets", Arguments: `{"search_terms":["pkg/b.py"]}`}}}},
 	}
-	if got := fallbackAnswer("", msgs); got != "```\npkg/b.py\npkg/a.py\n```" {
+	if got := syntax.fallbackAnswer("", msgs); got != "```\npkg/b.py\npkg/a.py\n```" {
 		t.Errorf("fallback = %q", got)
 	}
 }

@@ -6,38 +6,62 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/a2farm/a2farm/internal/lang"
 	"github.com/a2farm/a2farm/schema"
-	"github.com/a2farm/a2farm/worker/repoindex"
+	"github.com/a2farm/a2farm/worker/codegraph"
 )
 
 var (
 	fencedBlock = regexp.MustCompile("(?s)```[A-Za-z0-9_+-]*\\n(.*?)```")
-	pyToken     = regexp.MustCompile(`[\w/-]+\.py`)
-	pyPath      = regexp.MustCompile(`[\w ./-]+\.py`)
 	lineNumber  = regexp.MustCompile(`\d+(?:\s*-\s*\d+)?`)
 	recorded    = []string{"function:", "class:", "method:", "variable:", "variables:", "line:", "lines:"}
 )
+
+// pathSyntax finds a language's source paths in free text, as the
+// reference's answer parsing and fallbacks do for .py paths.
+type pathSyntax struct {
+	lang lang.Language
+	// token is a path word; line a path within an answer line (spaces
+	// allowed); inText a path with a folder; fenced a fenced block that
+	// names one.
+	token, line, inText, fenced *regexp.Regexp
+}
+
+func newPathSyntax(l lang.Language) *pathSyntax {
+	ext := lang.ExtensionPattern(l)
+	return &pathSyntax{
+		lang:   l,
+		token:  regexp.MustCompile(`[\w/-]+` + ext),
+		line:   regexp.MustCompile(`[\w ./-]+` + ext),
+		inText: regexp.MustCompile(`\w+/[\w./-]*` + ext),
+		fenced: regexp.MustCompile("(?s)```[^\\n]*\\n.*?\\w+/[\\w./-]*" + ext + ".*?```"),
+	}
+}
 
 // ParseAnswer turns the agent's raw answer into predictions, as the
 // reference does (§A.6.1) with its two bugs fixed: line numbers map only to
 // functions of the named file, and root-level files (setup.py) can be
 // named.
-func ParseAnswer(raw string, g *repoindex.Graph) schema.Locations {
+func ParseAnswer(raw string, g *codegraph.Graph) schema.Locations {
+	return parseAnswer(raw, g, newPathSyntax(g.Language()))
+}
+
+func parseAnswer(raw string, g *codegraph.Graph, syntax *pathSyntax) schema.Locations {
 	p := answerParser{g: g, files: map[string]bool{}, tops: map[string]bool{}}
 	for _, n := range g.Nodes {
-		if n.Type == repoindex.File && !repoindex.IsTestID(n.ID) {
+		if n.Type == codegraph.File && !codegraph.IsTestID(n.ID) {
 			p.files[n.ID] = true
 			top, _, _ := strings.Cut(n.ID, "/")
 			p.tops[top] = true
 		}
 	}
-	text := answerText(raw)
+	text := syntax.answerText(raw)
 	var files, lines []string
 	current := ""
 	for _, l := range strings.Split(text, "\n") {
 		l = strings.Trim(strings.TrimSpace(l), ": \t")
-		if strings.HasSuffix(l, ".py") {
-			current = p.resolve(pyPath.FindString(l))
+		if lang.HasExtension(syntax.lang, l) {
+			current = p.resolve(syntax.line.FindString(l))
 			if current != "" && !slices.Contains(files, current) {
 				files = append(files, current)
 			}
@@ -53,7 +77,7 @@ func ParseAnswer(raw string, g *repoindex.Graph) schema.Locations {
 		}
 	}
 	if len(files) == 0 {
-		for _, m := range pyToken.FindAllString(raw, -1) {
+		for _, m := range syntax.token.FindAllString(raw, -1) {
 			if f := p.resolve(m); f != "" && !slices.Contains(files, f) {
 				files = append(files, f)
 			}
@@ -79,9 +103,9 @@ func ParseAnswer(raw string, g *repoindex.Graph) schema.Locations {
 	return loc
 }
 
-// answerText picks what to parse: the last fenced block that names a .py
-// file and is not code, else the last block, else the whole text.
-func answerText(raw string) string {
+// answerText picks what to parse: the last fenced block that names a
+// source file and is not code, else the last block, else the whole text.
+func (ps *pathSyntax) answerText(raw string) string {
 	blocks := fencedBlock.FindAllStringSubmatch(raw, -1)
 	for i := len(blocks) - 1; i >= 0; i-- {
 		content := blocks[i][1]
@@ -92,7 +116,7 @@ func answerText(raw string) string {
 				isCode = true
 			}
 		}
-		if pyToken.MatchString(content) && !isCode {
+		if ps.token.MatchString(content) && !isCode {
 			return content
 		}
 	}
@@ -103,7 +127,7 @@ func answerText(raw string) string {
 }
 
 type answerParser struct {
-	g     *repoindex.Graph
+	g     *codegraph.Graph
 	files map[string]bool // non-test files
 	tops  map[string]bool // their first path components
 }
@@ -177,7 +201,7 @@ func (p *answerParser) entities(records []string) []string {
 	slices.SortStableFunc(order, func(a, b string) int { return counts[b] - counts[a] })
 	var out []string
 	for _, id := range order {
-		if n, ok := p.g.HasNode(id); ok && p.g.Node(n).Type == repoindex.Function {
+		if n, ok := p.g.HasNode(id); ok && p.g.Node(n).Type == codegraph.Function {
 			out = append(out, id)
 		}
 	}
@@ -207,7 +231,7 @@ func (p *answerParser) lookupName(file, text, class string) string {
 	}
 	var match string
 	for _, n := range p.g.Nodes {
-		if repoindex.IsTestID(n.ID) || !strings.HasPrefix(n.ID, file) {
+		if codegraph.IsTestID(n.ID) || !strings.HasPrefix(n.ID, file) {
 			continue
 		}
 		if i := strings.LastIndexAny(n.ID, ".:"); i >= 0 && n.ID[i+1:] == token {
@@ -242,10 +266,10 @@ func (p *answerParser) linesToFunctions(file, text string) []string {
 	}
 	slices.Sort(nums)
 	nums = slices.Compact(nums)
-	var funcs []repoindex.NodeID
+	var funcs []codegraph.NodeID
 	for i, n := range p.g.Nodes {
-		if n.Type == repoindex.Function && strings.HasPrefix(n.ID, file+":") {
-			funcs = append(funcs, repoindex.NodeID(i))
+		if n.Type == codegraph.Function && strings.HasPrefix(n.ID, file+":") {
+			funcs = append(funcs, codegraph.NodeID(i))
 		}
 	}
 	var out []string
@@ -255,7 +279,7 @@ func (p *answerParser) linesToFunctions(file, text string) []string {
 			continue
 		}
 		lo, hi := 1, fileLines
-		found := repoindex.NodeID(-1)
+		found := codegraph.NodeID(-1)
 		for _, f := range funcs {
 			s, e := p.g.Lines(f)
 			if s >= lo && e <= hi && s <= line && line <= e {

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"github.com/a2farm/a2farm/internal/pyparse"
 	"reflect"
 	"sync"
 	"testing"
@@ -9,10 +10,10 @@ import (
 	"github.com/a2farm/a2farm/internal/gitrepo"
 	"github.com/a2farm/a2farm/internal/sample"
 	"github.com/a2farm/a2farm/schema"
-	"github.com/a2farm/a2farm/worker/repoindex"
+	"github.com/a2farm/a2farm/worker/codegraph"
 )
 
-var sampleGraph = sync.OnceValues(func() (*repoindex.Graph, error) {
+var sampleGraph = sync.OnceValues(func() (*codegraph.Graph, error) {
 	dir, err := tempDir()
 	if err != nil {
 		return nil, err
@@ -27,15 +28,15 @@ var sampleGraph = sync.OnceValues(func() (*repoindex.Graph, error) {
 	if err != nil {
 		return nil, err
 	}
-	src, err := repoindex.LoadSnapshot(context.Background(), sample.Repo, snap)
+	src, err := codegraph.LoadSnapshot(context.Background(), pyparse.Python{}, sample.Repo, snap)
 	if err != nil {
 		return nil, err
 	}
-	parsed, err := repoindex.ParseAll(context.Background(), src.Files)
+	parsed, err := codegraph.ParseAll(context.Background(), pyparse.Python{}, src.Files)
 	if err != nil {
 		return nil, err
 	}
-	return repoindex.BuildGraph(src.Files, parsed), nil
+	return codegraph.BuildGraph(pyparse.Python{}, src.Files, parsed), nil
 })
 
 func TestParseAnswer(t *testing.T) {

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"context"
+	"github.com/a2farm/a2farm/internal/pyparse"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -33,7 +34,7 @@ func BenchmarkTurnOverhead(b *testing.B) {
 	}
 	var insts []prepared
 	for _, inst := range l.Instances {
-		idx, err := repoindex.Build(context.Background(), repos, inst.Repo, inst.BaseCommit, repoindex.BuildOptions{})
+		idx, err := repoindex.Build(context.Background(), repos, inst.Repo, inst.BaseCommit, repoindex.BuildOptions{Language: pyparse.Python{}})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"context"
+	"github.com/a2farm/a2farm/internal/pyparse"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -28,7 +29,7 @@ func runSampleWith(t *testing.T, instance int, samples int, model agent.Model) [
 	repos := gitrepo.NewSet(l.ReposDir)
 	defer repos.Close()
 	inst := l.Instances[instance]
-	idx, err := repoindex.Build(context.Background(), repos, inst.Repo, inst.BaseCommit, repoindex.BuildOptions{})
+	idx, err := repoindex.Build(context.Background(), repos, inst.Repo, inst.BaseCommit, repoindex.BuildOptions{Language: pyparse.Python{}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package policy
 import (
 	"context"
 	"encoding/json"
+	"github.com/a2farm/a2farm/internal/pyparse"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -82,7 +83,7 @@ func newFixture(t *testing.T) fixture {
 	repos := gitrepo.NewSet(l.ReposDir)
 	t.Cleanup(func() { repos.Close() })
 	inst := l.Instances[0]
-	idx, err := repoindex.Build(context.Background(), repos, inst.Repo, inst.BaseCommit, repoindex.BuildOptions{})
+	idx, err := repoindex.Build(context.Background(), repos, inst.Repo, inst.BaseCommit, repoindex.BuildOptions{Language: pyparse.Python{}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,12 +18,14 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/blevesearch/bleve/v2"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/a2farm/a2farm/internal/atomicfile"
 	"github.com/a2farm/a2farm/internal/gitrepo"
-	"github.com/a2farm/a2farm/internal/pyparse"
+	"github.com/a2farm/a2farm/internal/lang"
+	"github.com/a2farm/a2farm/worker/codegraph"
+	"github.com/a2farm/a2farm/worker/codesearch"
+	"github.com/a2farm/a2farm/worker/history"
 )
 
 // Cache keeps indexes on disk, content-addressed by repository, commit and
@@ -157,9 +159,8 @@ func (c *Cache) loadOrBuild(ctx context.Context, snap *gitrepo.Snapshot, repo st
 	if err := idx.Chunks.Close(); err != nil { // reopened from the final place below
 		return nil, err
 	}
-	idx.Chunks.bleve = nil
 	meta := snapshotMeta{Version: Version, Repo: repo, Commit: idx.Commit, Engine: opts.Engine,
-		Files: len(idx.Graph.files), Chunks: len(idx.Chunks.Chunks), Built: time.Now().UTC()}
+		Files: len(idx.Graph.Files()), Chunks: len(idx.Chunks.Chunks), Built: time.Now().UTC()}
 	if err := writeGob(filepath.Join(tmp, "chunks.gob"), idx.Chunks.Chunks); err != nil {
 		return nil, err
 	}
@@ -192,12 +193,12 @@ func (c *Cache) load(ctx context.Context, snap *gitrepo.Snapshot, repo string, o
 	}
 	idx.Cached = true
 	start := time.Now()
-	var commits []Commit
+	var commits []history.Commit
 	if err := readGob(filepath.Join(dir, "commits.gob"), &commits); err != nil {
 		return nil, err
 	}
-	idx.Commits = &CommitIndex{Commits: commits, repo: snap.Repo()}
-	var chunks []Chunk
+	idx.Commits = history.FromCommits(snap.Repo(), commits)
+	var chunks []codesearch.Chunk
 	if err := readGob(filepath.Join(dir, "chunks.gob"), &chunks); err != nil {
 		return nil, err
 	}
@@ -209,26 +210,16 @@ func (c *Cache) load(ctx context.Context, snap *gitrepo.Snapshot, repo string, o
 	return idx, nil
 }
 
-// openBleve opens a built scorch index read-only (many processes may).
-func (ci *ChunkIndex) openBleve(dir string) error {
-	idx, err := bleve.OpenUsing(dir, map[string]any{"read_only": true})
-	if err != nil {
-		return fmt.Errorf("open bleve index %s: %w", dir, err)
-	}
-	ci.bleve = idx
-	return nil
-}
-
 // parseAll parses files, reusing cached results by blob id; a nil cache
 // parses everything.
-func (c *Cache) parseAll(ctx context.Context, files []SourceFile) ([]*pyparse.File, error) {
+func (c *Cache) parseAll(ctx context.Context, l lang.Language, files []codegraph.SourceFile) ([]*lang.File, error) {
 	if c == nil {
-		return ParseAll(ctx, files)
+		return codegraph.ParseAll(ctx, l, files)
 	}
-	out := make([]*pyparse.File, len(files))
+	out := make([]*lang.File, len(files))
 	var missing []int
 	for i, f := range files {
-		var pf pyparse.File
+		var pf lang.File
 		if err := readGob(c.parsePath(f.Blob), &pf); err == nil && pf.Path == f.Path {
 			out[i] = &pf
 			continue
@@ -238,11 +229,11 @@ func (c *Cache) parseAll(ctx context.Context, files []SourceFile) ([]*pyparse.Fi
 	if len(missing) == 0 {
 		return out, nil
 	}
-	todo := make([]SourceFile, len(missing))
+	todo := make([]codegraph.SourceFile, len(missing))
 	for j, i := range missing {
 		todo[j] = files[i]
 	}
-	parsed, err := ParseAll(ctx, todo)
+	parsed, err := codegraph.ParseAll(ctx, l, todo)
 	if err != nil {
 		return nil, err
 	}
@@ -256,16 +247,17 @@ func (c *Cache) parseAll(ctx context.Context, files []SourceFile) ([]*pyparse.Fi
 }
 
 // parsePath keys parse results by blob. The path is part of the stored
-// value (relative imports depend on it), and checked on load.
+// value (relative imports depend on it, and it decides the language), and
+// checked on load.
 func (c *Cache) parsePath(blob string) string {
 	return filepath.Join(c.root, "parse", blob[:2], blob+".gob")
 }
 
 // commitFiles returns the known-files lookup of a repository's commit memo
 // and a function that stores a newly built commit index in it.
-func (c *Cache) commitFiles(repo string) (gitrepo.KnownFiles, func(*CommitIndex) error) {
+func (c *Cache) commitFiles(repo string) (gitrepo.KnownFiles, func(*history.CommitIndex) error) {
 	if c == nil {
-		return nil, func(*CommitIndex) error { return nil }
+		return nil, func(*history.CommitIndex) error { return nil }
 	}
 	path := filepath.Join(c.root, "commits", gitrepo.DirName(repo)+".gob")
 	memo := map[string][]string{}
@@ -274,7 +266,7 @@ func (c *Cache) commitFiles(repo string) (gitrepo.KnownFiles, func(*CommitIndex)
 		files, ok := memo[sha]
 		return files, ok
 	}
-	save := func(ci *CommitIndex) error {
+	save := func(ci *history.CommitIndex) error {
 		lock, err := lockFile(path+".lock", syscall.LOCK_EX)
 		if err != nil {
 			return err

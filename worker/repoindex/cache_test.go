@@ -8,7 +8,9 @@ import (
 	"testing"
 
 	"github.com/a2farm/a2farm/internal/gitrepo"
+	"github.com/a2farm/a2farm/internal/pyparse"
 	"github.com/a2farm/a2farm/internal/repogen"
+	"github.com/a2farm/a2farm/worker/codegraph/graphtest"
 )
 
 // twoCommits makes a repository with two commits differing in one file.
@@ -20,14 +22,14 @@ func twoCommits(t *testing.T) (repos *gitrepo.Set, first, second string) {
 		t.Fatal(err)
 	}
 	files := map[string]string{}
-	for k, v := range fixtureFiles {
+	for k, v := range graphtest.Files {
 		files[k] = v
 	}
 	if first, err = r.Commit("", repogen.Change{Message: "one", Write: files}); err != nil {
 		t.Fatal(err)
 	}
 	if second, err = r.Commit(first, repogen.Change{Message: "two", Write: map[string]string{
-		"pkg/base.py": fixtureFiles["pkg/base.py"] + "\n\nclass Extra(Base):\n    pass\n"}}); err != nil {
+		"pkg/base.py": graphtest.Files["pkg/base.py"] + "\n\nclass Extra(Base):\n    pass\n"}}); err != nil {
 		t.Fatal(err)
 	}
 	repos = gitrepo.NewSet(reposDir)
@@ -57,7 +59,7 @@ func TestCacheReusesSnapshotsAndBlobs(t *testing.T) {
 	ctx := context.Background()
 	open := func(commit string) *Index {
 		t.Helper()
-		idx, err := Build(ctx, repos, "o/r", commit, BuildOptions{Cache: cache})
+		idx, err := Build(ctx, repos, "o/r", commit, BuildOptions{Language: pyparse.Python{}, Cache: cache})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -110,7 +112,7 @@ func TestCacheConcurrentBuildsShareOneEntry(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			results[i], errs[i] = Build(context.Background(), repos, "o/r", first, BuildOptions{Cache: cache})
+			results[i], errs[i] = Build(context.Background(), repos, "o/r", first, BuildOptions{Language: pyparse.Python{}, Cache: cache})
 		}()
 	}
 	wg.Wait()
@@ -137,12 +139,12 @@ func TestCacheEvictsLeastRecentlyUsed(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	a, err := Build(ctx, repos, "o/r", first, BuildOptions{Cache: cache})
+	a, err := Build(ctx, repos, "o/r", first, BuildOptions{Language: pyparse.Python{}, Cache: cache})
 	if err != nil {
 		t.Fatal(err)
 	}
 	a.Close()
-	b, err := Build(ctx, repos, "o/r", second, BuildOptions{Cache: cache})
+	b, err := Build(ctx, repos, "o/r", second, BuildOptions{Language: pyparse.Python{}, Cache: cache})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +152,7 @@ func TestCacheEvictsLeastRecentlyUsed(t *testing.T) {
 		t.Errorf("the unused older snapshot was kept (stat err %v)", err)
 	}
 	// b is open: building another entry must not evict it.
-	c, err := Build(ctx, repos, "o/r", first, BuildOptions{Cache: cache})
+	c, err := Build(ctx, repos, "o/r", first, BuildOptions{Language: pyparse.Python{}, Cache: cache})
 	if err != nil {
 		t.Fatal(err)
 	}

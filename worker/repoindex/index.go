@@ -2,13 +2,18 @@ package repoindex
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/a2farm/a2farm/internal/gitrepo"
-	"github.com/a2farm/a2farm/internal/pyparse"
+	"github.com/a2farm/a2farm/internal/lang"
+	"github.com/a2farm/a2farm/worker/codegraph"
+	"github.com/a2farm/a2farm/worker/codesearch"
+	"github.com/a2farm/a2farm/worker/history"
+	"github.com/a2farm/a2farm/worker/summary"
 )
 
 // Version is the on-disk format version of cached indexes; bump it when
@@ -19,15 +24,15 @@ const Version = 1
 type Index struct {
 	Repo   string
 	Commit string
-	Graph  *Graph
+	Graph  *codegraph.Graph
 	// Commits is the history up to the snapshot's commit.
-	Commits *CommitIndex
+	Commits *history.CommitIndex
 	// Summaries describe each non-test file.
-	Summaries *Summaries
+	Summaries *summary.Summaries
 	// Chunks is the BM25 index over code chunks; Nodes over node ids.
-	Chunks *ChunkIndex
-	Nodes  *NodeSearch
-	// Engine ranks Chunks: EngineBleve or EngineBM25.
+	Chunks *codesearch.ChunkIndex
+	Nodes  *codesearch.NodeSearch
+	// Engine ranks Chunks: codesearch.EngineBleve or codesearch.EngineBM25.
 	Engine string
 	// Cached is true when the index was loaded from the cache.
 	Cached bool
@@ -46,10 +51,12 @@ type Timing struct {
 
 // BuildOptions tune index construction.
 type BuildOptions struct {
+	// Language parses the snapshot's files (required).
+	Language lang.Language
 	// Summaries is a prebuilt {file_path: summary} table; nil uses
 	// structural summaries only.
 	Summaries map[string]string
-	// Engine ranks code chunks: EngineBleve (default) or EngineBM25.
+	// Engine ranks code chunks: codesearch.EngineBleve (default) or codesearch.EngineBM25.
 	Engine string
 	// Cache, when set, keeps indexes on disk across runs and processes.
 	Cache *Cache
@@ -58,7 +65,7 @@ type BuildOptions struct {
 // DefaultEngine is the chunk ranking used when none is chosen: bleve's
 // bm25 ties textbook BM25 on file recall@10 over the dev instances and
 // ranks the first gold file higher (MRR 0.394 vs 0.344; docs/BENCHMARKS.md).
-const DefaultEngine = EngineBleve
+const DefaultEngine = codesearch.EngineBleve
 
 // Close releases the index's files and locks.
 func (idx *Index) Close() error {
@@ -85,8 +92,11 @@ func Build(ctx context.Context, repos *gitrepo.Set, repo, commit string, opts Bu
 	if opts.Engine == "" {
 		opts.Engine = DefaultEngine
 	}
-	if opts.Engine != EngineBleve && opts.Engine != EngineBM25 {
-		return nil, fmt.Errorf("unknown search engine %q (want %s or %s)", opts.Engine, EngineBleve, EngineBM25)
+	if opts.Language == nil {
+		return nil, errors.New("index: no language to parse the snapshot with")
+	}
+	if opts.Engine != codesearch.EngineBleve && opts.Engine != codesearch.EngineBM25 {
+		return nil, fmt.Errorf("unknown search engine %q (want %s or %s)", opts.Engine, codesearch.EngineBleve, codesearch.EngineBM25)
 	}
 	snap, err := repos.At(repo, commit)
 	if err != nil {
@@ -118,7 +128,7 @@ func build(ctx context.Context, snap *gitrepo.Snapshot, repo string, opts BuildO
 	}
 	start := time.Now()
 	known, save := c.commitFiles(repo)
-	if idx.Commits, err = BuildCommitIndex(ctx, snap.Repo(), idx.Commit, known); err != nil {
+	if idx.Commits, err = history.BuildCommitIndex(ctx, snap.Repo(), idx.Commit, known); err != nil {
 		return nil, fmt.Errorf("commit index of %s@%s: %w", repo, idx.Commit, err)
 	}
 	if err := save(idx.Commits); err != nil {
@@ -135,22 +145,22 @@ func build(ctx context.Context, snap *gitrepo.Snapshot, repo string, opts BuildO
 
 // prepare reads the snapshot's sources, parses them (through the blob
 // cache when c is set) and builds the graph: the steps every index needs.
-func (c *Cache) prepare(ctx context.Context, snap *gitrepo.Snapshot, repo string, opts BuildOptions) (*Index, *Snapshot, []*pyparse.File, error) {
+func (c *Cache) prepare(ctx context.Context, snap *gitrepo.Snapshot, repo string, opts BuildOptions) (*Index, *codegraph.Snapshot, []*lang.File, error) {
 	idx := &Index{Repo: repo, Commit: snap.Commit(), Engine: opts.Engine}
 	start := time.Now()
-	src, err := LoadSnapshot(ctx, repo, snap)
+	src, err := codegraph.LoadSnapshot(ctx, opts.Language, repo, snap)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("load %s@%s: %w", repo, snap.Commit(), err)
 	}
 	idx.timed("read", start)
 	start = time.Now()
-	parsed, err := c.parseAll(ctx, src.Files)
+	parsed, err := c.parseAll(ctx, opts.Language, src.Files)
 	if err != nil {
 		return nil, nil, nil, err
 	}
 	idx.timed("parse", start)
 	start = time.Now()
-	idx.Graph = BuildGraph(src.Files, parsed)
+	idx.Graph = codegraph.BuildGraph(opts.Language, src.Files, parsed)
 	idx.timed("graph", start)
 	return idx, src, parsed, nil
 }
@@ -159,7 +169,7 @@ func (c *Cache) prepare(ctx context.Context, snap *gitrepo.Snapshot, repo string
 // is set and opening it read-only otherwise; the textbook engine has no
 // on-disk part.
 func (idx *Index) openChunkIndex(dir string, build bool) error {
-	if idx.Engine != EngineBleve {
+	if idx.Engine != codesearch.EngineBleve {
 		return nil
 	}
 	start := time.Now()
@@ -167,7 +177,7 @@ func (idx *Index) openChunkIndex(dir string, build bool) error {
 	if build {
 		err = idx.Chunks.BuildBleve(filepath.Join(dir, "chunks.bleve"))
 	} else {
-		err = idx.Chunks.openBleve(filepath.Join(dir, "chunks.bleve"))
+		err = idx.Chunks.OpenBleve(filepath.Join(dir, "chunks.bleve"))
 	}
 	idx.timed("bleve", start)
 	return err
@@ -175,14 +185,14 @@ func (idx *Index) openChunkIndex(dir string, build bool) error {
 
 // finish builds the parts that are cheap to derive: summaries, node
 // search, and the chunk index (from given chunks, or by chunking).
-func (idx *Index) finish(opts BuildOptions, files []SourceFile, parsed []*pyparse.File, chunks []Chunk) {
+func (idx *Index) finish(opts BuildOptions, files []codegraph.SourceFile, parsed []*lang.File, chunks []codesearch.Chunk) {
 	start := time.Now()
-	idx.Summaries = BuildSummaries(idx.Graph, idx.Commits, opts.Summaries)
-	idx.Nodes = BuildNodeSearch(idx.Graph)
+	idx.Summaries = summary.BuildSummaries(idx.Graph, idx.Commits, opts.Summaries)
+	idx.Nodes = codesearch.BuildNodeSearch(idx.Graph)
 	if chunks == nil {
-		idx.Chunks = BuildChunkIndex(files, parsed, opts.Engine == EngineBM25)
+		idx.Chunks = codesearch.BuildChunkIndex(opts.Language, files, parsed, opts.Engine == codesearch.EngineBM25)
 	} else {
-		idx.Chunks = chunkIndexFrom(files, chunks, opts.Engine == EngineBM25)
+		idx.Chunks = codesearch.ChunkIndexFrom(files, chunks, opts.Engine == codesearch.EngineBM25)
 	}
 	idx.timed("search", start)
 }

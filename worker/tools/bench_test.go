@@ -3,6 +3,7 @@ package tools
 import (
 	"context"
 	"encoding/json"
+	"github.com/a2farm/a2farm/internal/pyparse"
 	"os"
 	"slices"
 	"testing"
@@ -23,7 +24,7 @@ func BenchmarkToolLatency(b *testing.B) {
 	}
 	repos := gitrepo.NewSet(reposDir)
 	defer repos.Close()
-	idx, err := repoindex.Build(context.Background(), repos, repo, commit, repoindex.BuildOptions{})
+	idx, err := repoindex.Build(context.Background(), repos, repo, commit, repoindex.BuildOptions{Language: pyparse.Python{}})
 	if err != nil {
 		b.Fatal(err)
 	}

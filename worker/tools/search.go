@@ -9,20 +9,23 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/a2farm/a2farm/worker/repoindex"
+	"github.com/a2farm/a2farm/internal/lang"
+	"github.com/a2farm/a2farm/worker/codegraph"
 )
 
 // search_code_snippets limits.
 const (
-	defaultFilePattern = "**/*.py"
-	maxPatternLen      = 256
-	lineContext        = 20 // lines around a line number outside any entity
-	bm25TopK           = 10
-	fuzzyTopK          = 3
-	maxPreviewLines    = 100
+	maxPatternLen   = 256
+	lineContext     = 20 // lines around a line number outside any entity
+	bm25TopK        = 10
+	fuzzyTopK       = 3
+	maxPreviewLines = 100
 )
 
-func searchTool() *Tool {
+// searchTool's default file pattern is every source file of the language
+// ("**/*.py").
+func searchTool(l lang.Language) *Tool {
+	defaultFilePattern := lang.SourceGlob(l)
 	return &Tool{
 		Name: SearchCodeSnippets,
 		Description: `Searches the code for terms or around line numbers.
@@ -33,12 +36,12 @@ are shown), or any keywords or code fragment (the best matching code chunks
 are shown). With several terms, their combination is searched as well.
 line_nums shows the code around those lines of the one file named by
 file_path_or_pattern. file_path_or_pattern restricts the search to files
-matching a glob (default "**/*.py") or containing the given text.
+matching a glob (default "` + defaultFilePattern + `") or containing the given text.
 Provide search_terms, line_nums, or both.`,
 		Parameters: json.RawMessage(`{"type":"object","properties":{` +
 			`"search_terms":{"type":"array","items":{"type":"string"},"description":"Names, keywords or code fragments to look for: entity ids, class, function or file names, or free text."},` +
 			`"line_nums":{"type":"array","items":{"type":"integer"},"description":"Line numbers to show the code around; file_path_or_pattern must then be one file path."},` +
-			`"file_path_or_pattern":{"type":"string","default":"**/*.py","description":"A glob or a path fragment limiting which files are searched; with line_nums, the file to read."}` +
+			`"file_path_or_pattern":{"type":"string","default":` + strconv.Quote(defaultFilePattern) + `,"description":"A glob or a path fragment limiting which files are searched; with line_nums, the file to read."}` +
 			`},"required":[]}`),
 		call: func(_ context.Context, s *Set, args json.RawMessage) (Result, error) {
 			var a struct {
@@ -93,7 +96,7 @@ const (
 // queryResult is one located thing, before formatting.
 type queryResult struct {
 	format  format
-	node    repoindex.NodeID
+	node    codegraph.NodeID
 	hasNode bool
 	file    string // code snippets: the file; others: the node's file
 	start   int
@@ -120,7 +123,7 @@ func (s *Set) searchCode(q searchQuery) Result {
 	if len(q.terms) > 0 {
 		var filtered []string
 		for _, t := range q.terms {
-			if repoindex.IsTestID(t) {
+			if codegraph.IsTestID(t) {
 				fmt.Fprintf(&out, "No results for test files: `%s`. Please do not search for any test files.\n\n", t)
 				continue
 			}
@@ -158,7 +161,7 @@ func (s *Set) searchCode(q searchQuery) Result {
 			}
 		}
 	}
-	if fileNode, ok := g.HasNode(q.pattern); ok && g.Node(fileNode).Type == repoindex.File && len(q.lines) > 0 {
+	if fileNode, ok := g.HasNode(q.pattern); ok && g.Node(fileNode).Type == codegraph.File && len(q.lines) > 0 {
 		parts := make([]string, len(q.lines))
 		for i, l := range q.lines {
 			parts[i] = strconv.Itoa(l)
@@ -198,7 +201,7 @@ func (s *Set) matchFiles(pattern string) (map[string]bool, bool) {
 	g := s.idx.Graph
 	var all []string
 	for _, n := range g.Nodes {
-		if n.Type == repoindex.File && !repoindex.IsTestID(n.ID) {
+		if n.Type == codegraph.File && !codegraph.IsTestID(n.ID) {
 			all = append(all, n.ID)
 		}
 	}
@@ -269,15 +272,15 @@ func globRegexp(pattern string) (*regexp.Regexp, error) {
 	return regexp.Compile(b.String())
 }
 
-func (s *Set) preview(n repoindex.NodeID, ti int, source string) queryResult {
+func (s *Set) preview(n codegraph.NodeID, ti int, source string) queryResult {
 	g := s.idx.Graph
 	start, end := g.Lines(n)
-	return queryResult{format: formatPreview, node: n, hasNode: true, file: repoindex.FileOfID(g.Node(n).ID),
+	return queryResult{format: formatPreview, node: n, hasNode: true, file: codegraph.FileOfID(g.Node(n).ID),
 		start: start, end: end, terms: []int{ti}, source: source}
 }
 
-func (s *Set) fold(n repoindex.NodeID, ti int, source string) queryResult {
-	return queryResult{format: formatFold, node: n, hasNode: true, file: repoindex.FileOfID(s.idx.Graph.Node(n).ID),
+func (s *Set) fold(n codegraph.NodeID, ti int, source string) queryResult {
+	return queryResult{format: formatFold, node: n, hasNode: true, file: codegraph.FileOfID(s.idx.Graph.Node(n).ID),
 		terms: []int{ti}, source: source}
 }
 
@@ -287,10 +290,10 @@ func (s *Set) fold(n repoindex.NodeID, ti int, source string) queryResult {
 func (s *Set) searchEntity(term string, ti int, include map[string]bool) (results []queryResult, more bool) {
 	g := s.idx.Graph
 	if n, ok := g.HasNode(term); ok {
-		return []queryResult{{format: formatComplete, node: n, hasNode: true, file: repoindex.FileOfID(term),
+		return []queryResult{{format: formatComplete, node: n, hasNode: true, file: codegraph.FileOfID(term),
 			terms: []int{ti}, source: fmt.Sprintf("Exact match found for entity name `%s`.", term)}}, false
 	}
-	if base, ok := strings.CutSuffix(term, ".__init__"); ok {
+	if base, ok := strings.CutSuffix(term, lang.QualifiedInitializer(g.Language())); ok {
 		if n, ok := g.HasNode(base); ok {
 			return []queryResult{s.preview(n, ti, fmt.Sprintf("Exact match found for entity name `%s`.", base))}, false
 		}
@@ -344,7 +347,7 @@ func (s *Set) searchEntity(term string, ti int, include map[string]bool) (result
 	const src = "Retrieved entity using keyword search (bm25)."
 	for _, n := range nodes[:min(5, len(nodes))] {
 		switch g.Node(n).Type {
-		case repoindex.File, repoindex.Directory:
+		case codegraph.File, codegraph.Directory:
 			results = append(results, s.fold(n, ti, src))
 		default:
 			if shown < 3 {
@@ -358,15 +361,15 @@ func (s *Set) searchEntity(term string, ti int, include map[string]bool) (result
 
 // bm25Nodes searches node ids; with include, ids in those files are
 // preferred (all hits are returned when none is in them).
-func (s *Set) bm25Nodes(term string, include map[string]bool) []repoindex.NodeID {
+func (s *Set) bm25Nodes(term string, include map[string]bool) []codegraph.NodeID {
 	g := s.idx.Graph
 	hits := s.idx.Nodes.Search(term, bm25TopK)
 	if include == nil {
 		return hits
 	}
-	var in []repoindex.NodeID
+	var in []codegraph.NodeID
 	for _, n := range hits {
-		if include[repoindex.FileOfID(g.Node(n).ID)] {
+		if include[codegraph.FileOfID(g.Node(n).ID)] {
 			in = append(in, n)
 		}
 	}
@@ -383,7 +386,7 @@ func (s *Set) bm25Nodes(term string, include map[string]bool) []repoindex.NodeID
 // starting with "Class", such as "ClassifierMixin"; a2farm does not). prefix ("A.B" of "A.B.c") must appear among the id's
 // path and name parts. It returns matches grouped by node type in first-
 // seen order, or nil.
-func (s *Set) lookupName(term string, include map[string]bool, prefix string) [][]repoindex.NodeID {
+func (s *Set) lookupName(term string, include map[string]bool, prefix string) [][]codegraph.NodeID {
 	for _, kw := range []string{"class ", "Class ", "function ", "Function ", "method ", "Method ", "def "} {
 		if rest, ok := strings.CutPrefix(term, kw); ok {
 			term = strings.TrimSpace(rest)
@@ -402,15 +405,19 @@ func (s *Set) lookupName(term string, include map[string]bool, prefix string) []
 		prefixParts = strings.Split(strings.ToLower(prefix), ".")
 	}
 	g := s.idx.Graph
-	var order []repoindex.NodeType
-	groups := map[repoindex.NodeType][]repoindex.NodeID{}
+	var order []codegraph.NodeType
+	groups := map[codegraph.NodeType][]codegraph.NodeID{}
 	for _, n := range nodes {
 		id := g.Node(n).ID
-		if include != nil && !include[repoindex.FileOfID(id)] {
+		if include != nil && !include[codegraph.FileOfID(id)] {
 			continue
 		}
 		if len(prefixParts) > 0 {
-			parts := idParts.Split(strings.ReplaceAll(strings.ToLower(id), ".py", ""), -1)
+			lower := strings.ToLower(id)
+			for _, ext := range g.Language().Extensions() {
+				lower = strings.ReplaceAll(lower, ext, "")
+			}
+			parts := idParts.Split(lower, -1)
 			parts = parts[:len(parts)-1]
 			if !containsAll(parts, prefixParts) {
 				continue
@@ -425,7 +432,7 @@ func (s *Set) lookupName(term string, include map[string]bool, prefix string) []
 	if len(order) == 0 {
 		return nil
 	}
-	out := make([][]repoindex.NodeID, len(order))
+	out := make([][]codegraph.NodeID, len(order))
 	for i, t := range order {
 		out[i] = groups[t]
 	}
@@ -472,7 +479,7 @@ func (s *Set) searchChunks(term string, ti int, include map[string]bool) []query
 				terms: []int{ti}, source: src})
 		case meta > 0:
 			type ent struct {
-				n          repoindex.NodeID
+				n          codegraph.NodeID
 				start, end int
 			}
 			var ents []ent
@@ -519,12 +526,12 @@ func (s *Set) searchChunks(term string, ti int, include map[string]bool) []query
 // searchLines maps line numbers of one file to the class or function that
 // holds them (a method when the class has one there), or to ±20-line
 // windows for lines outside any.
-func (s *Set) searchLines(file repoindex.NodeID, lines []int, ti int, term string) []queryResult {
+func (s *Set) searchLines(file codegraph.NodeID, lines []int, ti int, term string) []queryResult {
 	g := s.idx.Graph
 	src := fmt.Sprintf("Retrieved code context including %s.", term)
 	_, fileEnd := g.Lines(file)
 	var out []queryResult
-	seen := map[repoindex.NodeID]bool{}
+	seen := map[codegraph.NodeID]bool{}
 	var windows [][2]int
 	for _, line := range lines {
 		n, ok := s.entityAtLine(file, line)
@@ -545,11 +552,11 @@ func (s *Set) searchLines(file repoindex.NodeID, lines []int, ti int, term strin
 
 // entityAtLine: the first top-level class or function of the file whose
 // lines hold line, refined to a member of a class.
-func (s *Set) entityAtLine(file repoindex.NodeID, line int) (repoindex.NodeID, bool) {
+func (s *Set) entityAtLine(file codegraph.NodeID, line int) (codegraph.NodeID, bool) {
 	g := s.idx.Graph
-	within := func(parent repoindex.NodeID) (repoindex.NodeID, bool) {
+	within := func(parent codegraph.NodeID) (codegraph.NodeID, bool) {
 		for _, nb := range g.Neighbours(parent, false) {
-			if !slices.Contains(nb.Types, repoindex.Contains) {
+			if !slices.Contains(nb.Types, codegraph.Contains) {
 				continue
 			}
 			if st, en := g.Lines(nb.Node); st <= line && line <= en {
@@ -562,7 +569,7 @@ func (s *Set) entityAtLine(file repoindex.NodeID, line int) (repoindex.NodeID, b
 	if !ok {
 		return 0, false
 	}
-	if g.Node(n).Type == repoindex.Class {
+	if g.Node(n).Type == codegraph.Class {
 		if m, ok := within(n); ok {
 			return m, true
 		}
@@ -592,7 +599,7 @@ func mergeIntervals(in [][2]int) [][2]int {
 func mergeResults(in []queryResult) []queryResult {
 	var snippets []queryResult
 	var merged []queryResult
-	pos := map[repoindex.NodeID]int{}
+	pos := map[codegraph.NodeID]int{}
 	for _, r := range in {
 		if r.format == formatSnippet {
 			snippets = append(snippets, r)
@@ -733,11 +740,11 @@ func (s *Set) render(r queryResult, sf *surfacer) string {
 		node := g.Node(r.node)
 		fmt.Fprintf(&b, "Found %s `%s`.\nSource: %s\n", node.Type, node.ID, r.source)
 		switch node.Type {
-		case repoindex.Function:
+		case codegraph.Function:
 			if code, ok := g.Render(r.node); ok {
 				b.WriteString(code + "\n")
 			}
-		case repoindex.Class, repoindex.File:
+		case codegraph.Class, codegraph.File:
 			start, end := g.Lines(r.node)
 			if end-start <= maxPreviewLines {
 				if code, ok := g.Render(r.node); ok {

@@ -21,6 +21,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/a2farm/a2farm/schema"
+	"github.com/a2farm/a2farm/worker/codegraph"
+	"github.com/a2farm/a2farm/worker/history"
 	"github.com/a2farm/a2farm/worker/repoindex"
 )
 
@@ -71,7 +73,7 @@ type Set struct {
 	order []string
 	// commits is the history with commits that mention the issue's own
 	// numbers removed (they would leak the fix).
-	commits []repoindex.Commit
+	commits []history.Commit
 }
 
 // Options configure a tool set.
@@ -103,7 +105,7 @@ func AllNames() []string {
 func New(idx *repoindex.Index, opts Options) (*Set, error) {
 	all := map[string]*Tool{
 		Finish:               finishTool(),
-		SearchCodeSnippets:   searchTool(),
+		SearchCodeSnippets:   searchTool(idx.Graph.Language()),
 		GetEntityContents:    entityTool(),
 		ExploreTreeStructure: treeTool(),
 		SearchCommit:         commitTool(),
@@ -117,7 +119,7 @@ func New(idx *repoindex.Index, opts Options) (*Set, error) {
 	s := &Set{idx: idx, tools: map[string]*Tool{}}
 	if idx.Commits != nil {
 		leaked := map[string]bool{}
-		for _, ref := range repoindex.IssueRefs(opts.ProblemStatement) {
+		for _, ref := range history.IssueRefs(opts.ProblemStatement) {
 			leaked[ref] = true
 		}
 		for _, c := range idx.Commits.Commits {
@@ -308,12 +310,12 @@ type surfacer struct {
 
 // add records a graph node: a file gives its path; a class or function its
 // file, its module and itself.
-func (sf *surfacer) add(g *repoindex.Graph, n repoindex.NodeID) {
+func (sf *surfacer) add(g *codegraph.Graph, n codegraph.NodeID) {
 	node := g.Node(n)
 	switch node.Type {
-	case repoindex.File:
+	case codegraph.File:
 		sf.push(&sf.loc.Files, node.ID)
-	case repoindex.Class, repoindex.Function:
+	case codegraph.Class, codegraph.Function:
 		sf.push(&sf.loc.Files, schema.FileOf(node.ID))
 		sf.push(&sf.loc.Modules, schema.ModuleOf(node.ID))
 		sf.push(&sf.loc.Entities, node.ID)

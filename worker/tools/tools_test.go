@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/a2farm/a2farm/internal/pyparse"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -13,6 +14,7 @@ import (
 	"github.com/a2farm/a2farm/internal/gitrepo"
 	"github.com/a2farm/a2farm/internal/golden"
 	"github.com/a2farm/a2farm/internal/sample"
+	"github.com/a2farm/a2farm/worker/codegraph"
 	"github.com/a2farm/a2farm/worker/repoindex"
 )
 
@@ -27,7 +29,7 @@ var sampleIndex = sync.OnceValues(func() (*repoindex.Index, error) {
 	}
 	repos := gitrepo.NewSet(l.ReposDir)
 	defer repos.Close()
-	return repoindex.Build(context.Background(), repos, sample.Repo, "main", repoindex.BuildOptions{})
+	return repoindex.Build(context.Background(), repos, sample.Repo, "main", repoindex.BuildOptions{Language: pyparse.Python{}})
 })
 
 func newSampleSet(t *testing.T) *Set {
@@ -174,7 +176,7 @@ func TestObservationCaps(t *testing.T) {
 	// Every file of the sample at once exceeds the 8,000-character tool cap.
 	var all []string
 	for _, n := range s.idx.Graph.Nodes {
-		if n.Type == repoindex.File {
+		if n.Type == codegraph.File {
 			all = append(all, n.ID)
 		}
 	}

@@ -7,7 +7,8 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/a2farm/a2farm/worker/repoindex"
+	"github.com/a2farm/a2farm/internal/lang"
+	"github.com/a2farm/a2farm/worker/codegraph"
 )
 
 // MaxTraversalDepth caps traversal_depth; -1 means this cap.
@@ -71,19 +72,19 @@ dependency_type_filter=["contains"] shows the top of the repository layout.`,
 				q.depth = MaxTraversalDepth
 			}
 			if a.EntityTypes != nil {
-				q.nodeTypes = map[repoindex.NodeType]bool{}
+				q.nodeTypes = map[codegraph.NodeType]bool{}
 				for _, t := range *a.EntityTypes {
 					// Unknown entity types simply match nothing, as in the reference.
-					if nt, ok := repoindex.ParseNodeType(t); ok {
+					if nt, ok := codegraph.ParseNodeType(t); ok {
 						q.nodeTypes[nt] = true
 					}
 				}
 			}
 			if a.EdgeTypes != nil {
-				q.edgeTypes = map[repoindex.EdgeType]bool{}
+				q.edgeTypes = map[codegraph.EdgeType]bool{}
 				var bad []string
 				for _, t := range *a.EdgeTypes {
-					et, ok := repoindex.ParseEdgeType(t)
+					et, ok := codegraph.ParseEdgeType(t)
 					if !ok {
 						bad = append(bad, "'"+t+"'")
 						continue
@@ -102,8 +103,8 @@ dependency_type_filter=["contains"] shows the top of the repository layout.`,
 type treeQuery struct {
 	direction string
 	depth     int
-	nodeTypes map[repoindex.NodeType]bool // nil: all
-	edgeTypes map[repoindex.EdgeType]bool // nil: all
+	nodeTypes map[codegraph.NodeType]bool // nil: all
+	edgeTypes map[codegraph.EdgeType]bool // nil: all
 }
 
 func (s *Set) exploreTree(starts []string, q treeQuery) Result {
@@ -115,7 +116,7 @@ func (s *Set) exploreTree(starts []string, q treeQuery) Result {
 		if root != "/" {
 			root = strings.Trim(root, "/")
 		}
-		root = strings.TrimSuffix(root, ".__init__")
+		root = strings.TrimSuffix(root, lang.QualifiedInitializer(g.Language()))
 		n, ok := g.Lookup(root)
 		switch {
 		case !ok:
@@ -130,7 +131,7 @@ func (s *Set) exploreTree(starts []string, q treeQuery) Result {
 				sf.add(g, c)
 			}
 			hints.WriteString("Source: Retrieved entity using keyword search (bm25).\n\n")
-		case repoindex.IsTestID(root):
+		case codegraph.IsTestID(root):
 			fmt.Fprintf(&hints, "No results for the test entity: `%s`. Please do not include any test entities.\n\n", root)
 		default:
 			trees = append(trees, s.tree(n, q, &sf))
@@ -146,22 +147,22 @@ func (s *Set) exploreTree(starts []string, q treeQuery) Result {
 // tree renders one depth-first traversal as the reference does: each
 // (source, type, target) edge at most once per tree, a node seen before is
 // printed but not expanded, and nodes deeper than the depth are not shown.
-func (s *Set) tree(root repoindex.NodeID, q treeQuery, sf *surfacer) string {
+func (s *Set) tree(root codegraph.NodeID, q treeQuery, sf *surfacer) string {
 	g := s.idx.Graph
 	var lines []string
-	expanded := map[repoindex.NodeID]bool{}
+	expanded := map[codegraph.NodeID]bool{}
 	type edgeKey struct {
-		src, dst repoindex.NodeID
-		t        repoindex.EdgeType
+		src, dst codegraph.NodeID
+		t        codegraph.EdgeType
 	}
 	seenEdges := map[edgeKey]bool{}
 	type child struct {
-		node     repoindex.NodeID
+		node     codegraph.NodeID
 		label    string
 		upstream bool
 	}
-	var visit func(n repoindex.NodeID, prefix string, last bool, level int, label string, upstream bool)
-	visit = func(n repoindex.NodeID, prefix string, last bool, level int, label string, upstream bool) {
+	var visit func(n codegraph.NodeID, prefix string, last bool, level int, label string, upstream bool)
+	visit = func(n codegraph.NodeID, prefix string, last bool, level int, label string, upstream bool) {
 		if level > q.depth {
 			return
 		}
@@ -192,7 +193,7 @@ func (s *Set) tree(root repoindex.NodeID, q treeQuery, sf *surfacer) string {
 				if q.nodeTypes != nil && !q.nodeTypes[g.Node(nb.Node).Type] {
 					continue
 				}
-				if repoindex.IsTestID(g.Node(nb.Node).ID) {
+				if codegraph.IsTestID(g.Node(nb.Node).ID) {
 					continue
 				}
 				for _, t := range nb.Types {
@@ -232,7 +233,7 @@ func (s *Set) tree(root repoindex.NodeID, q treeQuery, sf *surfacer) string {
 
 // candidates suggests nodes for an unknown id: the BM25 node-id search,
 // as the reference does.
-func (s *Set) candidates(query string, limit int) []repoindex.NodeID {
+func (s *Set) candidates(query string, limit int) []codegraph.NodeID {
 	hits := s.idx.Nodes.Search(query, bm25TopK)
 	if len(hits) > limit {
 		hits = hits[:limit]

@@ -1,9 +1,13 @@
-package repoindex
+package codegraph
 
-import "strings"
+import (
+	"strings"
 
-// NameTable maps short names to non-test nodes: files under their base name
-// ("models.py") and stem ("models"), classes and functions under the last
+	"github.com/a2farm/a2farm/internal/lang"
+)
+
+// NameTable maps short names to non-test nodes: source files under their
+// base name ("models.py") and stem ("models"), classes and functions under the last
 // segment of their qualified name. Lower holds the same keys lowercased.
 type NameTable struct {
 	Exact map[string][]NodeID
@@ -22,13 +26,14 @@ func (g *Graph) Names() *NameTable {
 			if IsTestID(n.ID) {
 				continue
 			}
+			base := n.ID[strings.LastIndexByte(n.ID, '/')+1:]
+			stem, source := lang.TrimExtension(g.lang, base)
 			switch {
-			case strings.HasSuffix(n.ID, ".py"):
-				base := n.ID[strings.LastIndexByte(n.ID, '/')+1:]
+			case source && !strings.Contains(n.ID, ":"):
 				add(base, NodeID(i))
-				add(strings.TrimSuffix(base, ".py"), NodeID(i))
+				add(stem, NodeID(i))
 			case strings.Contains(n.ID, ":"):
-				add(shortName(n.ID), NodeID(i))
+				add(ShortName(n.ID), NodeID(i))
 			}
 		}
 		g.names = t

@@ -1,4 +1,4 @@
-package repoindex
+package codesearch
 
 // RetrievalScore is how well one query retrieved the gold files.
 type RetrievalScore struct {

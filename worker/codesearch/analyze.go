@@ -1,4 +1,4 @@
-package repoindex
+package codesearch
 
 import (
 	"fmt"

@@ -1,4 +1,4 @@
-package repoindex
+package codesearch
 
 import (
 	"fmt"
@@ -7,7 +7,8 @@ import (
 
 	"github.com/blevesearch/bleve/v2"
 
-	"github.com/a2farm/a2farm/internal/pyparse"
+	"github.com/a2farm/a2farm/internal/lang"
+	"github.com/a2farm/a2farm/worker/codegraph"
 )
 
 // Search engines for the code-chunk index.
@@ -28,20 +29,21 @@ type ChunkIndex struct {
 	bleve  bleve.Index
 }
 
-// BuildChunkIndex chunks every file the search covers; withBM25 also
-// indexes the chunk texts (not their paths) with textbook BM25.
-func BuildChunkIndex(files []SourceFile, parsed []*pyparse.File, withBM25 bool) *ChunkIndex {
+// BuildChunkIndex chunks every file the search covers (l's test files
+// are left out); withBM25 also indexes the chunk texts (not their paths)
+// with textbook BM25.
+func BuildChunkIndex(l lang.Language, files []codegraph.SourceFile, parsed []*lang.File, withBM25 bool) *ChunkIndex {
 	var chunks []Chunk
 	for i, f := range files {
-		if !IsSearchTestPath(f.Path) {
+		if !l.IsTest(f.Path) {
 			chunks = append(chunks, ChunkFile(f.Path, f.Content, parsed[i])...)
 		}
 	}
-	return chunkIndexFrom(files, chunks, withBM25)
+	return ChunkIndexFrom(files, chunks, withBM25)
 }
 
-// chunkIndexFrom indexes known chunks of files.
-func chunkIndexFrom(files []SourceFile, chunks []Chunk, withBM25 bool) *ChunkIndex {
+// ChunkIndexFrom indexes chunks made before (the cache keeps them).
+func ChunkIndexFrom(files []codegraph.SourceFile, chunks []Chunk, withBM25 bool) *ChunkIndex {
 	ci := &ChunkIndex{Chunks: chunks}
 	byPath := make(map[string][]byte, len(files))
 	for _, f := range files {
@@ -107,12 +109,25 @@ func (ci *ChunkIndex) BuildBleve(dir string) error {
 	return nil
 }
 
+// OpenBleve attaches a scorch index that BuildBleve wrote, read-only
+// (many processes may open it at once).
+func (ci *ChunkIndex) OpenBleve(dir string) error {
+	idx, err := bleve.OpenUsing(dir, map[string]any{"read_only": true})
+	if err != nil {
+		return fmt.Errorf("open bleve index %s: %w", dir, err)
+	}
+	ci.bleve = idx
+	return nil
+}
+
 // Close releases the bleve index, if any.
 func (ci *ChunkIndex) Close() error {
-	if ci.bleve != nil {
-		return ci.bleve.Close()
+	if ci.bleve == nil {
+		return nil
 	}
-	return nil
+	err := ci.bleve.Close()
+	ci.bleve = nil
+	return err
 }
 
 // Search returns the k best chunks for a free-text query.
@@ -151,20 +166,20 @@ func (ci *ChunkIndex) Search(engine, query string, k int) ([]Hit, error) {
 // NodeSearch is the BM25 index over non-test node ids, split at "/", "."
 // and ":".
 type NodeSearch struct {
-	ids  []NodeID
+	ids  []codegraph.NodeID
 	bm25 *BM25
 }
 
 // BuildNodeSearch indexes every non-test node id of g.
-func BuildNodeSearch(g *Graph) *NodeSearch {
+func BuildNodeSearch(g *codegraph.Graph) *NodeSearch {
 	ns := &NodeSearch{}
 	var docs [][]string
 	split := strings.NewReplacer("/", " ", ".", " ", ":", " ")
 	for i, n := range g.Nodes {
-		if IsTestID(n.ID) {
+		if codegraph.IsTestID(n.ID) {
 			continue
 		}
-		ns.ids = append(ns.ids, NodeID(i))
+		ns.ids = append(ns.ids, codegraph.NodeID(i))
 		docs = append(docs, Tokens(split.Replace(n.ID)))
 	}
 	ns.bm25 = NewBM25(docs)
@@ -172,9 +187,9 @@ func BuildNodeSearch(g *Graph) *NodeSearch {
 }
 
 // Search returns up to k nodes with a positive score, best first.
-func (ns *NodeSearch) Search(query string, k int) []NodeID {
+func (ns *NodeSearch) Search(query string, k int) []codegraph.NodeID {
 	split := strings.NewReplacer("/", " ", ".", " ", ":", " ")
-	var out []NodeID
+	var out []codegraph.NodeID
 	for _, h := range ns.bm25.Search(Tokens(split.Replace(query)), k) {
 		if h.Score > 0 {
 			out = append(out, ns.ids[h.Doc])

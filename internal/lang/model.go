@@ -1,4 +1,4 @@
-package pyparse
+package lang
 
 import (
 	"fmt"
@@ -59,9 +59,10 @@ type Def struct {
 	Async    bool   `json:"async,omitempty"`
 	// Method is true for a function defined directly in a class body.
 	Method bool `json:"method,omitempty"`
-	// Span runs from the `def`/`class` line (or `async def`) to the last line
-	// of the body, like Python's ast lineno/end_lineno: decorators are outside
-	// it and trailing comments do not extend it.
+	// Span runs from the definition's keyword line (`def`, `async def`,
+	// `class` in Python) to the last line of the body, like Python's ast
+	// lineno/end_lineno: decorators are outside it and trailing comments do
+	// not extend it.
 	Span Span `json:"span"`
 	// BodyStart is the first line of the body (after the signature).
 	BodyStart  int         `json:"body_start"`
@@ -80,9 +81,19 @@ type Def struct {
 	StartByte uint32 `json:"-"`
 	EndByte   uint32 `json:"-"`
 
-	// Depth is the definition's depth in Python's ast (module-level
-	// definitions are 1), which orders BreadthFirst like ast.walk.
+	// Depth is the definition's depth in the syntax tree as the language's
+	// own compiler sees it (Python's ast; module-level definitions are 1),
+	// which orders BreadthFirst like ast.walk.
 	Depth int `json:"depth"`
+}
+
+// FirstLine is the definition's first line, its decorators included.
+func (d *Def) FirstLine() int {
+	start := d.Span.Start
+	for _, dec := range d.Decorators {
+		start = min(start, dec.Span.Start)
+	}
+	return start
 }
 
 // Decorator is one `@expr` line (or lines) of a decorated definition.
@@ -124,7 +135,8 @@ type Import struct {
 	// Direct is true when the statement sits directly in the body of its
 	// scope, not inside an if/try/with or other compound statement.
 	Direct bool `json:"direct,omitempty"`
-	// Depth is the statement's depth in Python's ast (module level is 1).
+	// Depth is the statement's depth in the syntax tree, counted like Def's
+	// (module level is 1).
 	Depth int `json:"depth"`
 }
 
@@ -152,7 +164,7 @@ type Call struct {
 	InDecorator bool   `json:"in_decorator,omitempty"`
 }
 
-// File is the structure of one parsed Python source file.
+// File is the structure of one parsed source file.
 type File struct {
 	Path  string `json:"path"`
 	Lines int    `json:"lines"`
@@ -167,14 +179,15 @@ type File struct {
 	// HasErrors is true when tree-sitter had to recover from a syntax error;
 	// the structure is then best effort.
 	HasErrors bool `json:"has_errors,omitempty"`
-	// LegacySyntax is true when Python 3 would reject the file although
-	// tree-sitter parses it: Python 2 print or exec statements, or a str
-	// literal with a truncated \u, \U or \N escape.
+	// LegacySyntax is true when the language's current compiler would
+	// reject the file although the grammar parses it (for Python: Python 2
+	// print or exec statements, or a str literal with a truncated \u, \U
+	// or \N escape).
 	LegacySyntax bool `json:"legacy_syntax,omitempty"`
 }
 
-// ImportsBreadthFirst returns the imports in the order Python's ast.walk
-// meets them: by ast depth, then source order.
+// ImportsBreadthFirst returns the imports by depth, then source order (the
+// order Python's ast.walk meets them).
 func (f *File) ImportsBreadthFirst() []Import {
 	out := slices.Clone(f.Imports)
 	slices.SortStableFunc(out, func(a, b Import) int { return a.Depth - b.Depth })
@@ -195,15 +208,15 @@ func (f *File) Walk(fn func(*Def) bool) {
 	visit(f.Defs)
 }
 
-// BreadthFirst returns every definition in the order Python's ast.walk
-// yields them: by depth in the ast, then by source position. The reference
-// gold extractor depends on this order.
+// BreadthFirst returns every definition by depth, then source position
+// (the order Python's ast.walk yields them). The reference gold extractor
+// depends on this order.
 func (f *File) BreadthFirst() []*Def {
 	var all []*Def
 	f.Walk(func(d *Def) bool { all = append(all, d); return true })
 	// Walk yields source order (pre-order DFS); a stable sort by ast depth
 	// turns it into breadth-first order, because at equal depth ast.walk
 	// visits nodes in source order.
-	sortStableByDepth(all)
+	slices.SortStableFunc(all, func(a, b *Def) int { return a.Depth - b.Depth })
 	return all
 }

@@ -1,11 +1,11 @@
-package repoindex
+package codegraph
 
 import (
 	"fmt"
 	"strings"
 	"sync"
 
-	"github.com/a2farm/a2farm/internal/pyparse"
+	"github.com/a2farm/a2farm/internal/lang"
 )
 
 // NodeType is the kind of a code-graph node.
@@ -98,8 +98,9 @@ type Edge struct {
 type Graph struct {
 	Nodes  []Node
 	Edges  []Edge
+	lang   lang.Language
 	files  []SourceFile
-	parsed []*pyparse.File // aligned with files; nil where parsing failed
+	parsed []*lang.File // aligned with files; nil where parsing failed
 	index  map[string]NodeID
 	out    [][]int32 // node -> edge indexes, insertion order
 	in     [][]int32
@@ -108,9 +109,15 @@ type Graph struct {
 	names     *NameTable
 }
 
-func newGraph(files []SourceFile) *Graph {
-	return &Graph{files: files, index: map[string]NodeID{}}
+func newGraph(l lang.Language, files []SourceFile) *Graph {
+	return &Graph{lang: l, files: files, index: map[string]NodeID{}}
 }
+
+// Files are the source files the graph was built from, sorted by path.
+func (g *Graph) Files() []SourceFile { return g.files }
+
+// Language is the language the graph's files were parsed as.
+func (g *Graph) Language() lang.Language { return g.lang }
 
 // Lookup returns the node with the given id.
 func (g *Graph) Lookup(id string) (NodeID, bool) {
@@ -179,11 +186,11 @@ func (g *Graph) addEdge(src, dst NodeID, t EdgeType, alias string) {
 }
 
 // removeNode is not needed: directories are only added when they hold
-// Python files, which is what the reference's removal pass leaves.
+// source files, which is what the reference's removal pass leaves.
 
-// shortName is the reference's name key of a node: the last dotted segment
+// ShortName is the reference's name key of a node: the last dotted segment
 // after the last colon. For a file "pkg/mod.py" that is "py".
-func shortName(id string) string {
+func ShortName(id string) string {
 	if i := strings.LastIndexByte(id, ':'); i >= 0 {
 		id = id[i+1:]
 	}

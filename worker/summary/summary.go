@@ -1,8 +1,10 @@
-package repoindex
+package summary
 
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/a2farm/a2farm/worker/codegraph"
+	"github.com/a2farm/a2farm/worker/history"
 	"os"
 	"strings"
 )
@@ -38,7 +40,7 @@ func LoadSummaryFile(path string) (map[string]string, error) {
 // prebuilt one when given, else a structural one ("Classes: ... |
 // Functions: ... | Imports: ... | Edits: N commits"). Unlike the reference,
 // files missing from a prebuilt table still get the structural summary.
-func BuildSummaries(g *Graph, commits *CommitIndex, prebuilt map[string]string) *Summaries {
+func BuildSummaries(g *codegraph.Graph, commits *history.CommitIndex, prebuilt map[string]string) *Summaries {
 	edits := map[string]int{}
 	if commits != nil {
 		for _, c := range commits.Commits {
@@ -50,7 +52,7 @@ func BuildSummaries(g *Graph, commits *CommitIndex, prebuilt map[string]string) 
 	s := &Summaries{Text: map[string]string{}}
 	for i := range g.Nodes {
 		n := &g.Nodes[i]
-		if n.Type != File || IsTestID(n.ID) {
+		if n.Type != codegraph.File || codegraph.IsTestID(n.ID) {
 			continue
 		}
 		s.Paths = append(s.Paths, n.ID)
@@ -58,22 +60,22 @@ func BuildSummaries(g *Graph, commits *CommitIndex, prebuilt map[string]string) 
 			s.Text[n.ID] = strings.TrimSpace(text)
 			continue
 		}
-		s.Text[n.ID] = structuralSummary(g, NodeID(i), edits[n.ID])
+		s.Text[n.ID] = structuralSummary(g, codegraph.NodeID(i), edits[n.ID])
 	}
 	return s
 }
 
-func structuralSummary(g *Graph, file NodeID, edits int) string {
+func structuralSummary(g *codegraph.Graph, file codegraph.NodeID, edits int) string {
 	var classes, functions, imports []string
 	seenImport := map[string]bool{}
 	for _, e := range g.Out(file) {
 		dst := g.Node(e.Dst)
 		switch {
-		case e.Type == Contains && dst.Type == Class:
-			classes = append(classes, shortName(dst.ID))
-		case e.Type == Contains && dst.Type == Function:
-			functions = append(functions, shortName(dst.ID))
-		case e.Type == Imports:
+		case e.Type == codegraph.Contains && dst.Type == codegraph.Class:
+			classes = append(classes, codegraph.ShortName(dst.ID))
+		case e.Type == codegraph.Contains && dst.Type == codegraph.Function:
+			functions = append(functions, codegraph.ShortName(dst.ID))
+		case e.Type == codegraph.Imports:
 			f := g.FilePath(e.Dst)
 			if f != "" && !seenImport[f] {
 				seenImport[f] = true

@@ -1,6 +1,4 @@
-package repoindex
-
-import "strings"
+package codegraph
 
 // innerEntry is a node reachable from a container through contains edges
 // (descending into classes only), with the container's direct child it
@@ -45,7 +43,7 @@ func (b *builder) inner(container NodeID) map[string][]innerEntry {
 			if top {
 				v = e.Dst
 			}
-			name := shortName(b.g.Nodes[e.Dst].ID)
+			name := ShortName(b.g.Nodes[e.Dst].ID)
 			m[name] = append(m[name], innerEntry{node: e.Dst, via: v})
 			if b.g.Nodes[e.Dst].Type == Class {
 				walk(e.Dst, v, false)
@@ -69,7 +67,7 @@ func (b *builder) scopeOf(fi int) *scope {
 	add := func(n NodeID) {
 		if !seen[n] {
 			seen[n] = true
-			name := shortName(g.Nodes[n].ID)
+			name := ShortName(g.Nodes[n].ID)
 			sc.imported[name] = append(sc.imported[name], n)
 		}
 	}
@@ -111,7 +109,7 @@ func (b *builder) scopeOf(fi int) *scope {
 		for _, ei := range g.out[cur] {
 			e := g.Edges[ei]
 			if e.Type == Imports && !listed[e.Dst] && g.Nodes[e.Dst].Type == File &&
-				strings.HasSuffix(g.Nodes[e.Dst].ID, "__init__.py") {
+				g.lang.PackageFile(g.Nodes[e.Dst].ID) {
 				listed[e.Dst] = true
 				initFiles = append(initFiles, e.Dst)
 				stack = append(stack, e.Dst)

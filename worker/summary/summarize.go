@@ -1,4 +1,4 @@
-package repoindex
+package summary
 
 import (
 	"bufio"
@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/a2farm/a2farm/worker/codegraph"
 	"io"
 	"os"
 	"path/filepath"
@@ -45,7 +46,7 @@ type journalEntry struct {
 // GenerateSummaries summarizes every non-test source file of src with s
 // and writes cfg.Out. It returns how many files it summarized (the rest
 // came from the journal).
-func GenerateSummaries(ctx context.Context, src *Snapshot, s Summarizer, cfg SummarizeConfig) (int, error) {
+func GenerateSummaries(ctx context.Context, src *codegraph.Snapshot, s Summarizer, cfg SummarizeConfig) (int, error) {
 	if cfg.Out == "" {
 		return 0, errors.New("summaries: an output file is required")
 	}
@@ -66,16 +67,16 @@ func GenerateSummaries(ctx context.Context, src *Snapshot, s Summarizer, cfg Sum
 	}
 	defer journal.Close()
 
-	var files []SourceFile
+	var files []codegraph.SourceFile
 	for _, f := range src.Files {
-		if !IsTestID(f.Path) {
+		if !codegraph.IsTestID(f.Path) {
 			files = append(files, f)
 		}
 	}
 	out := make(map[string]string, len(files))
 	var mu sync.Mutex
 	done, made := 0, 0
-	finish := func(f SourceFile, summary string, fresh bool) error {
+	finish := func(f codegraph.SourceFile, summary string, fresh bool) error {
 		mu.Lock()
 		defer mu.Unlock()
 		out[f.Path] = summary

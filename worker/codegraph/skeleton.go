@@ -1,9 +1,9 @@
-package repoindex
+package codegraph
 
 import (
 	"strings"
 
-	"github.com/a2farm/a2farm/internal/pyparse"
+	"github.com/a2farm/a2farm/internal/lang"
 )
 
 // Skeleton returns the outline the reference shows for a class or file too
@@ -33,7 +33,7 @@ func (g *Graph) Skeleton(n NodeID) string {
 			if indentOf(lines[d.Span.Start-1]) != "" {
 				continue // nested in a module-level if/try: not a module statement
 			}
-			items = append(items, item{defStart(d), func() { skeletonDef(&b, lines, d) }})
+			items = append(items, item{d.FirstLine(), func() { skeletonDef(&b, lines, d) }})
 		}
 		for _, a := range pf.Assignments {
 			if a.Annotated {
@@ -65,10 +65,10 @@ func (g *Graph) Skeleton(n NodeID) string {
 }
 
 // defAt finds the parsed definition of a class or function node.
-func (g *Graph) defAt(pf *pyparse.File, node *Node) *pyparse.Def {
+func (g *Graph) defAt(pf *lang.File, node *Node) *lang.Def {
 	_, qual, _ := strings.Cut(node.ID, ":")
-	var found *pyparse.Def
-	pf.Walk(func(d *pyparse.Def) bool {
+	var found *lang.Def
+	pf.Walk(func(d *lang.Def) bool {
 		if d.QualName == qual && d.Span.Start == node.StartLine {
 			found = d
 		}
@@ -77,28 +77,28 @@ func (g *Graph) defAt(pf *pyparse.File, node *Node) *pyparse.Def {
 	return found
 }
 
-func skeletonDef(b *strings.Builder, lines []string, d *pyparse.Def) {
-	if d.Kind == pyparse.KindClass {
-		skeletonClass(b, lines, d, defStart(d))
+func skeletonDef(b *strings.Builder, lines []string, d *lang.Def) {
+	if d.Kind == lang.KindClass {
+		skeletonClass(b, lines, d, d.FirstLine())
 		return
 	}
 	skeletonFunction(b, lines, d)
 }
 
 // skeletonFunction writes decorators and signature, then "...".
-func skeletonFunction(b *strings.Builder, lines []string, d *pyparse.Def) {
+func skeletonFunction(b *strings.Builder, lines []string, d *lang.Def) {
 	headerEnd := d.BodyStart - 1
 	if headerEnd < d.Span.Start {
-		writeLines(b, lines, defStart(d), d.Span.End) // one-line def: keep as is
+		writeLines(b, lines, d.FirstLine(), d.Span.End) // one-line def: keep as is
 		return
 	}
-	writeLines(b, lines, defStart(d), headerEnd)
+	writeLines(b, lines, d.FirstLine(), headerEnd)
 	b.WriteString(indentOf(lines[d.Span.Start-1]) + "    ...\n")
 }
 
 // skeletonClass writes the class header and its body with the docstring
 // dropped and member functions reduced to signatures.
-func skeletonClass(b *strings.Builder, lines []string, d *pyparse.Def, from int) {
+func skeletonClass(b *strings.Builder, lines []string, d *lang.Def, from int) {
 	headerEnd := d.BodyStart - 1
 	if headerEnd < d.Span.Start {
 		writeLines(b, lines, from, d.Span.End)
@@ -112,7 +112,7 @@ func skeletonClass(b *strings.Builder, lines []string, d *pyparse.Def, from int)
 		skipTo(doc.Span.End)
 	}
 	for _, c := range d.Children {
-		start := defStart(c)
+		start := c.FirstLine()
 		if start < next {
 			continue
 		}

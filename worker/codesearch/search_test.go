@@ -1,4 +1,4 @@
-package repoindex
+package codesearch
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/a2farm/a2farm/internal/pyparse"
+	"github.com/a2farm/a2farm/worker/codegraph"
+	"github.com/a2farm/a2farm/worker/codegraph/graphtest"
 )
 
 func TestTokens(t *testing.T) {
@@ -47,17 +49,6 @@ func TestBM25Textbook(t *testing.T) {
 	}
 	if got := NewBM25(nil).Search([]string{"x"}, 3); got != nil {
 		t.Errorf("empty index returned %v", got)
-	}
-}
-
-func TestIsSearchTestPath(t *testing.T) {
-	for p, want := range map[string]bool{
-		"tests/test_a.py": true, "pkg/test/util.py": true, "pkg/test_x.py": true, "pkg/x_test.py": true,
-		"test_top.py": true, "pkg/testing/x.py": false, "pkg/contest.py": false, "pkg/tests.py": false,
-	} {
-		if got := IsSearchTestPath(p); got != want {
-			t.Errorf("IsSearchTestPath(%q) = %v, want %v", p, got, want)
-		}
 	}
 }
 
@@ -124,16 +115,16 @@ func TestChunkFileSplitsHugeDefinitions(t *testing.T) {
 }
 
 func TestChunkSearchEngines(t *testing.T) {
-	files := []SourceFile{
+	files := []codegraph.SourceFile{
 		{Path: "pkg/a.py", Content: []byte("def parse_header(line):\n    return line.split(':')\n")},
 		{Path: "pkg/b.py", Content: []byte("def render_body(text):\n    return text.strip()\n")},
 		{Path: "tests/test_a.py", Content: []byte("def test_parse_header():\n    parse_header('x')\n")},
 	}
-	parsed, err := ParseAll(context.Background(), files)
+	parsed, err := codegraph.ParseAll(context.Background(), pyparse.Python{}, files)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ci := BuildChunkIndex(files, parsed, true)
+	ci := BuildChunkIndex(pyparse.Python{}, files, parsed, true)
 	if err := ci.BuildBleve(t.TempDir()); err != nil {
 		t.Fatal(err)
 	}
@@ -160,7 +151,7 @@ func TestChunkSearchEngines(t *testing.T) {
 }
 
 func TestNodeSearch(t *testing.T) {
-	g := buildFixture(t, fixtureFiles)
+	g := graphtest.Build(t, pyparse.Python{}, graphtest.Files)
 	ns := BuildNodeSearch(g)
 	hits := ns.Search("Engine run", 3)
 	if len(hits) == 0 || g.Node(hits[0]).ID != "pkg/core.py:Engine.run" {
@@ -171,7 +162,7 @@ func TestNodeSearch(t *testing.T) {
 		t.Errorf("hits = %q, want pkg/core.py:Engine.run first", ids)
 	}
 	for _, h := range ns.Search("test_core test_run", 10) {
-		if IsTestID(g.Node(h).ID) {
+		if codegraph.IsTestID(g.Node(h).ID) {
 			t.Errorf("test node %s returned", g.Node(h).ID)
 		}
 	}

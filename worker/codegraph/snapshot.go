@@ -1,4 +1,4 @@
-package repoindex
+package codegraph
 
 import (
 	"context"
@@ -8,16 +8,17 @@ import (
 	"unicode/utf8"
 
 	"github.com/a2farm/a2farm/internal/gitrepo"
+	"github.com/a2farm/a2farm/internal/lang"
 )
 
-// SourceFile is one Python source file of a snapshot.
+// SourceFile is one source file of a snapshot.
 type SourceFile struct {
 	Path    string
 	Blob    string // git blob id
 	Content []byte
 }
 
-// Snapshot is the Python source of a repository at one commit.
+// Snapshot is the source of a repository at one commit.
 type Snapshot struct {
 	Repo   string
 	Commit string
@@ -27,16 +28,12 @@ type Snapshot struct {
 	Skipped []string
 }
 
-// IsSourcePath reports whether the graph indexes a path: .py, .pyx and
-// .pxd files outside folders whose path contains ".git" (as the reference
-// builder, which also skips ".github").
-func IsSourcePath(p string) bool {
-	switch path.Ext(p) {
-	case ".py", ".pyx", ".pxd":
-	default:
-		return false
-	}
-	return !strings.Contains(path.Dir(p), ".git")
+// IsSourcePath reports whether the graph indexes a path: files the
+// language indexes (.py, .pyx and .pxd for Python) outside folders whose
+// path contains ".git" (as the reference builder, which also skips
+// ".github").
+func IsSourcePath(l lang.Language, p string) bool {
+	return l.Indexed(p) && !strings.Contains(path.Dir(p), ".git")
 }
 
 // BlobReader reads git blobs by id.
@@ -44,10 +41,10 @@ type BlobReader interface {
 	ReadBlob(id string) ([]byte, error)
 }
 
-// LoadSnapshot reads the Python sources of snap. Symlinks are never
-// followed; files that are not valid UTF-8 are skipped and listed.
-func LoadSnapshot(ctx context.Context, repo string, snap *gitrepo.Snapshot) (*Snapshot, error) {
-	entries, err := snap.Files(IsSourcePath)
+// LoadSnapshot reads the sources of snap that l indexes. Symlinks are
+// never followed; files that are not valid UTF-8 are skipped and listed.
+func LoadSnapshot(ctx context.Context, l lang.Language, repo string, snap *gitrepo.Snapshot) (*Snapshot, error) {
+	entries, err := snap.Files(func(p string) bool { return IsSourcePath(l, p) })
 	if err != nil {
 		return nil, err
 	}

@@ -1,8 +1,9 @@
-package repoindex
+package summary
 
 import (
 	"context"
 	"encoding/json"
+	"github.com/a2farm/a2farm/worker/codegraph"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -41,7 +42,7 @@ func chatServer(t *testing.T, broken *atomic.Bool, calls *atomic.Int32) *httptes
 }
 
 func TestGenerateSummariesResumes(t *testing.T) {
-	src := &Snapshot{Files: []SourceFile{
+	src := &codegraph.Snapshot{Files: []codegraph.SourceFile{
 		{Path: "pkg/a.py", Blob: "b1", Content: []byte("def a():\n    pass\n")},
 		{Path: "pkg/b.py", Blob: "b2", Content: []byte("class B:\n    pass\n")},
 		{Path: "tests/test_a.py", Blob: "b3", Content: []byte("def test_a(): pass\n")},

@@ -1,62 +1,23 @@
-package repoindex
+package codegraph_test
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
-	"github.com/a2farm/a2farm/internal/gitrepo"
 	"github.com/a2farm/a2farm/internal/golden"
+	"github.com/a2farm/a2farm/internal/pyparse"
 	"github.com/a2farm/a2farm/internal/repogen"
+	"github.com/a2farm/a2farm/worker/codegraph"
+	"github.com/a2farm/a2farm/worker/codegraph/graphtest"
 )
-
-// buildFixture commits files into a fresh repository and builds the graph
-// of that commit the way the CLI does (git objects -> snapshot -> graph).
-func buildFixture(t testing.TB, files map[string]string) *Graph {
-	t.Helper()
-	dir := filepath.Join(t.TempDir(), "o__r")
-	r, err := repogen.Init(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	commit, err := r.Commit("", repogen.Change{Message: "fixture", Write: files})
-	if err != nil {
-		t.Fatal(err)
-	}
-	src := loadSnapshot(t, dir, commit)
-	parsed, err := ParseAll(context.Background(), src.Files)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return BuildGraph(src.Files, parsed)
-}
-
-// loadSnapshot reads the sources of a commit of the repository at dir.
-func loadSnapshot(t testing.TB, dir, commit string) *Snapshot {
-	t.Helper()
-	repo, err := gitrepo.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer repo.Close()
-	snap, err := repo.At(commit)
-	if err != nil {
-		t.Fatal(err)
-	}
-	src, err := LoadSnapshot(context.Background(), "o/r", snap)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return src
-}
 
 // edges lists "src -type-> dst" for every edge of the given type leaving
 // src (duplicates kept).
-func edges(g *Graph, src string, t EdgeType) []string {
+func edges(g *codegraph.Graph, src string, t codegraph.EdgeType) []string {
 	n, ok := g.Lookup(src)
 	if !ok {
 		return []string{"<no node " + src + ">"}
@@ -79,83 +40,8 @@ func same(t *testing.T, what string, got []string, want ...string) {
 	}
 }
 
-var fixtureFiles = map[string]string{
-	"setup.py":              "from setuptools import setup\nsetup(name='pkg')\n",
-	"docs/conf.txt":         "not python\n",
-	".github/scripts/ci.py": "print('skipped')\n",
-	"pkg/__init__.py":       "from .core import Engine\nfrom .util import helpers as h\n",
-	"pkg/core.py": `import os
-import pkg.util.helpers
-from pkg.util import helpers
-from pkg.util.helpers import slug, missing_name
-from . import base as b
-from .base import *
-
-
-class Engine(b.Base, Mixin, Generic[T]):
-    import json
-
-    def __init__(self):
-        from .util.helpers import slug as s
-        self.x = build()
-
-        def hidden():
-            return 1
-
-    async def run(self):
-        return slug(self.name)
-
-    def stop(self):
-        from os import path
-        cleanup()
-
-        def inner():
-            return deep_call()
-
-        return inner()
-
-
-def build():
-    return Engine()
-
-
-def orphan():
-    return nothing_like_this()
-`,
-	"pkg/base.py": `class Base:
-    def cleanup(self):
-        pass
-
-
-class Mixin:
-    pass
-`,
-	"pkg/util/__init__.py": "",
-	"pkg/util/helpers.py": `def slug(x):
-    return x
-
-
-def deep_call():
-    return 0
-`,
-	"pkg/broken.py":      "def f(:\n    pass\n",
-	"pkg/py2.py":         "print 'hi'\n",
-	"tests/test_core.py": "from pkg.core import Engine\n\n\ndef test_run():\n    Engine().run()\n",
-	"app.py": `from pkg import Engine
-from pkg.util.helpers import deep_call as dc
-
-
-def main():
-    return Engine().stop() or h.slug(1) or dc()
-
-
-def fallback(x):
-    return x.cleanup()
-`,
-}
-
 func TestGraphGolden(t *testing.T) {
-	g := buildFixture(t, fixtureFiles)
+	g := graphtest.Build(t, pyparse.Python{}, graphtest.Files)
 	var buf bytes.Buffer
 	if err := g.WriteJSONLines(&buf); err != nil {
 		t.Fatal(err)
@@ -164,7 +50,7 @@ func TestGraphGolden(t *testing.T) {
 }
 
 func TestGraphNodes(t *testing.T) {
-	g := buildFixture(t, fixtureFiles)
+	g := graphtest.Build(t, pyparse.Python{}, graphtest.Files)
 	for _, id := range []string{"/", "pkg", "pkg/util", "tests", "setup.py", "pkg/core.py:Engine", "pkg/core.py:Engine.run",
 		"pkg/core.py:Engine.stop.inner", "pkg/broken.py", "pkg/py2.py"} {
 		if _, ok := g.Lookup(id); !ok {
@@ -177,7 +63,7 @@ func TestGraphNodes(t *testing.T) {
 		}
 	}
 	n, _ := g.Lookup("pkg/core.py:Engine.run")
-	if node := g.Node(n); node.Type != Function || node.StartLine != 19 || node.EndLine != 20 {
+	if node := g.Node(n); node.Type != codegraph.Function || node.StartLine != 19 || node.EndLine != 20 {
 		t.Errorf("Engine.run = %+v", node)
 	}
 	if code := g.Code(n); code != "async def run(self):\n        return slug(self.name)" {
@@ -186,12 +72,12 @@ func TestGraphNodes(t *testing.T) {
 }
 
 func TestGraphContains(t *testing.T) {
-	g := buildFixture(t, fixtureFiles)
-	same(t, "/ contains", edges(g, "/", Contains), "app.py", "setup.py", "pkg", "tests")
-	same(t, "pkg contains", edges(g, "pkg", Contains), "pkg/__init__.py", "pkg/base.py", "pkg/core.py", "pkg/util")
-	same(t, "core.py contains", edges(g, "pkg/core.py", Contains), "pkg/core.py:Engine", "pkg/core.py:build", "pkg/core.py:orphan")
-	same(t, "Engine contains", edges(g, "pkg/core.py:Engine", Contains), "pkg/core.py:Engine.run", "pkg/core.py:Engine.stop")
-	same(t, "stop contains", edges(g, "pkg/core.py:Engine.stop", Contains), "pkg/core.py:Engine.stop.inner")
+	g := graphtest.Build(t, pyparse.Python{}, graphtest.Files)
+	same(t, "/ contains", edges(g, "/", codegraph.Contains), "app.py", "setup.py", "pkg", "tests")
+	same(t, "pkg contains", edges(g, "pkg", codegraph.Contains), "pkg/__init__.py", "pkg/base.py", "pkg/core.py", "pkg/util")
+	same(t, "core.py contains", edges(g, "pkg/core.py", codegraph.Contains), "pkg/core.py:Engine", "pkg/core.py:build", "pkg/core.py:orphan")
+	same(t, "Engine contains", edges(g, "pkg/core.py:Engine", codegraph.Contains), "pkg/core.py:Engine.run", "pkg/core.py:Engine.stop")
+	same(t, "stop contains", edges(g, "pkg/core.py:Engine.stop", codegraph.Contains), "pkg/core.py:Engine.stop.inner")
 	// Files Python cannot parse keep their node but are not contained.
 	for _, f := range []string{"pkg/broken.py", "pkg/py2.py"} {
 		n, _ := g.Lookup(f)
@@ -202,9 +88,9 @@ func TestGraphContains(t *testing.T) {
 }
 
 func TestGraphImports(t *testing.T) {
-	g := buildFixture(t, fixtureFiles)
+	g := graphtest.Build(t, pyparse.Python{}, graphtest.Files)
 	// Every import statement anywhere in the file, once per resolved name.
-	same(t, "core.py imports", edges(g, "pkg/core.py", Imports),
+	same(t, "core.py imports", edges(g, "pkg/core.py", codegraph.Imports),
 		"pkg/util/helpers.py",      // import pkg.util.helpers
 		"pkg/util/helpers.py",      // from pkg.util import helpers (a submodule)
 		"pkg/util/helpers.py:slug", // from pkg.util.helpers import slug (a node)
@@ -214,37 +100,37 @@ func TestGraphImports(t *testing.T) {
 		"pkg/util/helpers.py:slug", // the import inside Engine.__init__ counts too
 	)
 	// A class gets the imports directly in its body and in its __init__.
-	same(t, "Engine imports", edges(g, "pkg/core.py:Engine", Imports), "pkg/util/helpers.py:slug")
-	same(t, "__init__.py imports", edges(g, "pkg/__init__.py", Imports), "pkg/core.py:Engine", "pkg/util/helpers.py")
-	same(t, "stop imports (stdlib only)", edges(g, "pkg/core.py:Engine.stop", Imports))
+	same(t, "Engine imports", edges(g, "pkg/core.py:Engine", codegraph.Imports), "pkg/util/helpers.py:slug")
+	same(t, "__init__.py imports", edges(g, "pkg/__init__.py", codegraph.Imports), "pkg/core.py:Engine", "pkg/util/helpers.py")
+	same(t, "stop imports (stdlib only)", edges(g, "pkg/core.py:Engine.stop", codegraph.Imports))
 }
 
 func TestGraphInvokesAndInherits(t *testing.T) {
-	g := buildFixture(t, fixtureFiles)
+	g := graphtest.Build(t, pyparse.Python{}, graphtest.Files)
 	tests := []struct {
 		src  string
-		t    EdgeType
+		t    codegraph.EdgeType
 		want []string
 	}{
 		// a class invokes what its __init__ calls, nested functions included
-		{"pkg/core.py:Engine", Invokes, []string{"pkg/core.py:build"}},
+		{"pkg/core.py:Engine", codegraph.Invokes, []string{"pkg/core.py:build"}},
 		// bases: b.Base -> Base through the imported module; Generic[T] is ignored
-		{"pkg/core.py:Engine", Inherits, []string{"pkg/base.py:Base", "pkg/base.py:Mixin"}},
+		{"pkg/core.py:Engine", codegraph.Inherits, []string{"pkg/base.py:Base", "pkg/base.py:Mixin"}},
 		// an imported name
-		{"pkg/core.py:Engine.run", Invokes, []string{"pkg/util/helpers.py:slug"}},
+		{"pkg/core.py:Engine.run", codegraph.Invokes, []string{"pkg/util/helpers.py:slug"}},
 		// a method of a class inside an imported module; a nested function of
 		// its own scope; calls inside the nested function do not count
-		{"pkg/core.py:Engine.stop", Invokes, []string{"pkg/base.py:Base.cleanup", "pkg/core.py:Engine.stop.inner"}},
-		{"pkg/core.py:Engine.stop.inner", Invokes, []string{"pkg/util/helpers.py:deep_call"}},
+		{"pkg/core.py:Engine.stop", codegraph.Invokes, []string{"pkg/base.py:Base.cleanup", "pkg/core.py:Engine.stop.inner"}},
+		{"pkg/core.py:Engine.stop.inner", codegraph.Invokes, []string{"pkg/util/helpers.py:deep_call"}},
 		// a sibling in the file
-		{"pkg/core.py:build", Invokes, []string{"pkg/core.py:Engine"}},
+		{"pkg/core.py:build", codegraph.Invokes, []string{"pkg/core.py:Engine"}},
 		// nothing matches anywhere
-		{"pkg/core.py:orphan", Invokes, nil},
+		{"pkg/core.py:orphan", codegraph.Invokes, nil},
 		// re-exported through pkg/__init__.py, members of re-exported classes,
 		// and an alias
-		{"app.py:main", Invokes, []string{"pkg/core.py:Engine", "pkg/core.py:Engine.stop", "pkg/util/helpers.py:slug", "pkg/util/helpers.py:deep_call"}},
+		{"app.py:main", codegraph.Invokes, []string{"pkg/core.py:Engine", "pkg/core.py:Engine.stop", "pkg/util/helpers.py:slug", "pkg/util/helpers.py:deep_call"}},
 		// the global fallback: no scope knows "cleanup" here, every node named so matches
-		{"app.py:fallback", Invokes, []string{"pkg/base.py:Base.cleanup"}},
+		{"app.py:fallback", codegraph.Invokes, []string{"pkg/base.py:Base.cleanup"}},
 	}
 	for _, tt := range tests {
 		same(t, fmt.Sprintf("%s %s", tt.src, tt.t), edges(g, tt.src, tt.t), tt.want...)
@@ -262,7 +148,7 @@ func TestIsTestID(t *testing.T) {
 		"latest/x.py":               false,
 		"pkg/core.py:test_function": false, // only the file part counts
 	} {
-		if got := IsTestID(id); got != want {
+		if got := codegraph.IsTestID(id); got != want {
 			t.Errorf("IsTestID(%q) = %v, want %v", id, got, want)
 		}
 	}
@@ -270,19 +156,19 @@ func TestIsTestID(t *testing.T) {
 
 func TestNodeAndEdgeTypeNames(t *testing.T) {
 	for _, name := range []string{"directory", "file", "class", "function"} {
-		if nt, ok := ParseNodeType(name); !ok || nt.String() != name {
+		if nt, ok := codegraph.ParseNodeType(name); !ok || nt.String() != name {
 			t.Errorf("node type %q round trip failed", name)
 		}
 	}
 	for _, name := range []string{"contains", "imports", "invokes", "inherits"} {
-		if et, ok := ParseEdgeType(name); !ok || et.String() != name {
+		if et, ok := codegraph.ParseEdgeType(name); !ok || et.String() != name {
 			t.Errorf("edge type %q round trip failed", name)
 		}
 	}
-	if _, ok := ParseEdgeType("calls"); ok {
+	if _, ok := codegraph.ParseEdgeType("calls"); ok {
 		t.Error("ParseEdgeType accepted an unknown type")
 	}
-	if !strings.HasPrefix(NodeType(9).String(), "NodeType(") {
+	if !strings.HasPrefix(codegraph.NodeType(9).String(), "NodeType(") {
 		t.Error("unknown node type has no fallback name")
 	}
 }
@@ -301,7 +187,7 @@ func TestSnapshotSkipsLinksAndUndecodableFiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	src := loadSnapshot(t, dir, commit)
+	src := graphtest.Snapshot(t, pyparse.Python{}, dir, commit)
 	var paths []string
 	for _, f := range src.Files {
 		paths = append(paths, f.Path)

@@ -1,4 +1,4 @@
-package repoindex
+package codegraph
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/a2farm/a2farm/internal/gitrepo"
+	"github.com/a2farm/a2farm/internal/pyparse"
 )
 
 // benchSnapshot loads the snapshot named by A2FARM_BENCH_REPOS (a repos
@@ -29,17 +30,17 @@ func benchSnapshot(b *testing.B) (*gitrepo.Set, *gitrepo.Snapshot, string) {
 // already in memory.
 func BenchmarkGraphBuild(b *testing.B) {
 	_, snap, repo := benchSnapshot(b)
-	src, err := LoadSnapshot(context.Background(), repo, snap)
+	src, err := LoadSnapshot(context.Background(), pyparse.Python{}, repo, snap)
 	if err != nil {
 		b.Fatal(err)
 	}
 	var nodes, edges int
 	for b.Loop() {
-		parsed, err := ParseAll(context.Background(), src.Files)
+		parsed, err := ParseAll(context.Background(), pyparse.Python{}, src.Files)
 		if err != nil {
 			b.Fatal(err)
 		}
-		g := BuildGraph(src.Files, parsed)
+		g := BuildGraph(pyparse.Python{}, src.Files, parsed)
 		nodes, edges = len(g.Nodes), len(g.Edges)
 	}
 	b.ReportMetric(float64(nodes), "nodes")
@@ -50,14 +51,14 @@ func BenchmarkGraphBuild(b *testing.B) {
 func BenchmarkGraphFromGit(b *testing.B) {
 	_, snap, repo := benchSnapshot(b)
 	for b.Loop() {
-		src, err := LoadSnapshot(context.Background(), repo, snap)
+		src, err := LoadSnapshot(context.Background(), pyparse.Python{}, repo, snap)
 		if err != nil {
 			b.Fatal(err)
 		}
-		parsed, err := ParseAll(context.Background(), src.Files)
+		parsed, err := ParseAll(context.Background(), pyparse.Python{}, src.Files)
 		if err != nil {
 			b.Fatal(err)
 		}
-		BuildGraph(src.Files, parsed)
+		BuildGraph(pyparse.Python{}, src.Files, parsed)
 	}
 }

@@ -1,4 +1,4 @@
-package repoindex
+package codegraph
 
 import (
 	"context"
@@ -11,18 +11,18 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
-	"github.com/a2farm/a2farm/internal/pyparse"
+	"github.com/a2farm/a2farm/internal/lang"
 )
 
-// ParseAll parses every file of the snapshot with one parser per CPU.
-func ParseAll(ctx context.Context, files []SourceFile) ([]*pyparse.File, error) {
-	out := make([]*pyparse.File, len(files))
+// ParseAll parses every file of the snapshot with one parser of l per CPU.
+func ParseAll(ctx context.Context, l lang.Language, files []SourceFile) ([]*lang.File, error) {
+	out := make([]*lang.File, len(files))
 	var next sync.Mutex
 	i := 0
 	g, ctx := errgroup.WithContext(ctx)
 	for range min(runtime.GOMAXPROCS(0), max(1, len(files))) {
 		g.Go(func() error {
-			p, err := pyparse.NewParser()
+			p, err := l.NewParser()
 			if err != nil {
 				return err
 			}
@@ -66,14 +66,14 @@ func ParseAll(ctx context.Context, files []SourceFile) ([]*pyparse.File, error) 
 // Callee names resolve against the enclosing scopes, the file's imports
 // (including names re-exported by imported __init__.py files) and import
 // aliases; failing that, against every node with that last name segment.
-func BuildGraph(files []SourceFile, parsedFiles []*pyparse.File) *Graph {
+func BuildGraph(l lang.Language, files []SourceFile, parsedFiles []*lang.File) *Graph {
 	b := &builder{
-		g:        newGraph(files),
+		g:        newGraph(l, files),
 		fileNode: make([]NodeID, len(files)),
 		fileOK:   make([]bool, len(files)),
 		parsed:   parsedFiles,
 		paths:    map[string]int{},
-		defs:     map[NodeID]*pyparse.Def{},
+		defs:     map[NodeID]*lang.Def{},
 	}
 	for i, f := range files {
 		b.paths[f.Path] = i
@@ -89,9 +89,9 @@ type builder struct {
 	g        *Graph
 	fileNode []NodeID // file index -> node
 	fileOK   []bool   // parsed like Python would
-	parsed   []*pyparse.File
+	parsed   []*lang.File
 	paths    map[string]int // path -> file index
-	defs     map[NodeID]*pyparse.Def
+	defs     map[NodeID]*lang.Def
 	defFile  map[NodeID]int
 	// fileScope caches the file-level callee candidates of each file.
 	fileScope  map[int]*scope
@@ -178,14 +178,14 @@ func (b *builder) addFile(fi int, dirNode NodeID) {
 	}
 	b.fileOK[fi] = true
 	type item struct {
-		def    *pyparse.Def
+		def    *lang.Def
 		parent string // qualified name of the parent node, "" for the file
 	}
 	var items []item
-	var visit func(defs []*pyparse.Def, parent *pyparse.Def)
-	visit = func(defs []*pyparse.Def, parent *pyparse.Def) {
+	var visit func(defs []*lang.Def, parent *lang.Def)
+	visit = func(defs []*lang.Def, parent *lang.Def) {
 		for _, d := range defs {
-			if isHiddenInit(d, parent) {
+			if b.isHiddenInit(d, parent) {
 				continue // not a node, and nothing inside it is one
 			}
 			p := ""
@@ -200,7 +200,7 @@ func (b *builder) addFile(fi int, dirNode NodeID) {
 	nodes := make([]NodeID, len(items))
 	for i, it := range items {
 		t := Function
-		if it.def.Kind == pyparse.KindClass {
+		if it.def.Kind == lang.KindClass {
 			t = Class
 		}
 		nodes[i] = g.addNode(Node{ID: f.Path + ":" + it.def.QualName, Type: t,
@@ -219,21 +219,20 @@ func (b *builder) addFile(fi int, dirNode NodeID) {
 	}
 }
 
-// isHiddenInit: a synchronous __init__ whose enclosing definition is a
-// class is not a graph node.
-func isHiddenInit(d, parent *pyparse.Def) bool {
-	return parent != nil && parent.Kind == pyparse.KindClass && d.Kind == pyparse.KindFunction &&
-		d.Name == "__init__" && !d.Async
+// isHiddenInit: a synchronous initializer (__init__) whose enclosing
+// definition is a class is not a graph node.
+func (b *builder) isHiddenInit(d, parent *lang.Def) bool {
+	return parent != nil && parent.Kind == lang.KindClass && d.Kind == lang.KindFunction &&
+		d.Name == b.g.lang.Initializer() && !d.Async
 }
 
-// resolve maps a dotted module name to a file of the snapshot: a/b.py, else
-// a/b/__init__.py.
+// resolve maps a dotted module name to a file of the snapshot, trying the
+// language's candidates in order (a/b.py, else a/b/__init__.py).
 func (b *builder) resolve(module string) (NodeID, bool) {
-	rel := strings.ReplaceAll(module, ".", "/")
-	if strings.HasPrefix(rel, "/") {
+	if strings.HasPrefix(module, ".") {
 		return 0, false
 	}
-	for _, p := range []string{rel + ".py", path.Join(rel, "__init__.py")} {
+	for _, p := range b.g.lang.ModuleFiles(module) {
 		if fi, ok := b.paths[p]; ok {
 			return b.fileNode[fi], true
 		}
@@ -242,7 +241,7 @@ func (b *builder) resolve(module string) (NodeID, bool) {
 }
 
 // addImport adds the imports edges of one statement from src.
-func (b *builder) addImport(src NodeID, file string, imp pyparse.Import) {
+func (b *builder) addImport(src NodeID, file string, imp lang.Import) {
 	g := b.g
 	if !imp.From {
 		for _, n := range imp.Names {
@@ -300,7 +299,7 @@ func (b *builder) addCalls() {
 	g := b.g
 	global := map[string][]NodeID{}
 	for i, n := range g.Nodes {
-		global[shortName(n.ID)] = append(global[shortName(n.ID)], NodeID(i))
+		global[ShortName(n.ID)] = append(global[ShortName(n.ID)], NodeID(i))
 	}
 	b.fileScope = map[int]*scope{}
 	nodeCount := len(g.Nodes)
@@ -314,24 +313,24 @@ func (b *builder) addCalls() {
 		file := g.files[fi].Path
 		sc := b.scopeOf(fi)
 		var invocations, inheritances []string
-		if def.Kind == pyparse.KindClass {
+		if def.Kind == lang.KindClass {
 			for _, imp := range b.parsed[fi].Imports {
 				if imp.Direct && imp.Scope == def.QualName {
 					b.addImport(n, file, imp)
 				}
 			}
-			if init := firstInit(def); init != nil {
+			if init := b.firstInit(def); init != nil {
 				for _, imp := range b.parsed[fi].Imports {
 					if imp.Direct && imp.Scope == init.QualName {
 						b.addImport(n, file, imp)
 					}
 				}
 				for _, dec := range init.Decorators {
-					invocations = append(invocations, shortName(dec.Name))
+					invocations = append(invocations, ShortName(dec.Name))
 				}
 				// ast.walk over __init__ sees every call, its decorators' too.
-				var collect func(d *pyparse.Def)
-				collect = func(d *pyparse.Def) {
+				var collect func(d *lang.Def)
+				collect = func(d *lang.Def) {
 					for _, c := range d.Calls {
 						invocations = append(invocations, c.Name)
 					}
@@ -343,7 +342,7 @@ func (b *builder) addCalls() {
 			}
 			for _, base := range def.Bases {
 				if dottedName.MatchString(base) {
-					inheritances = append(inheritances, shortName(strings.Join(strings.Fields(base), "")))
+					inheritances = append(inheritances, ShortName(strings.Join(strings.Fields(base), "")))
 				}
 			}
 		} else {
@@ -381,10 +380,11 @@ func (b *builder) addCalls() {
 	}
 }
 
-// firstInit returns the first synchronous __init__ directly in a class body.
-func firstInit(class *pyparse.Def) *pyparse.Def {
+// firstInit returns the first synchronous initializer (__init__) directly
+// in a class body.
+func (b *builder) firstInit(class *lang.Def) *lang.Def {
 	for _, c := range class.Children {
-		if c.Kind == pyparse.KindFunction && c.Method && c.Name == "__init__" && !c.Async {
+		if c.Kind == lang.KindFunction && c.Method && c.Name == b.g.lang.Initializer() && !c.Async {
 			return c
 		}
 	}

@@ -1,11 +1,10 @@
-package repoindex
+package codesearch
 
 import (
-	"path"
 	"regexp"
 	"strings"
 
-	"github.com/a2farm/a2farm/internal/pyparse"
+	"github.com/a2farm/a2farm/internal/lang"
 )
 
 // Chunk sizes in (approximate) tokens, and the per-file chunk limit, as
@@ -30,18 +29,6 @@ type Chunk struct {
 	Tokens  int
 }
 
-// IsSearchTestPath is the BM25 index's test exclusion: the globs
-// **/test/**, **/tests/**, **/test_*.py and **/*_test.py.
-func IsSearchTestPath(p string) bool {
-	for _, dir := range strings.Split(path.Dir(p), "/") {
-		if dir == "test" || dir == "tests" {
-			return true
-		}
-	}
-	base := path.Base(p)
-	return strings.HasPrefix(base, "test_") && strings.HasSuffix(base, ".py") || strings.HasSuffix(base, "_test.py")
-}
-
 var tokenPattern = regexp.MustCompile(`\w+|[^\w\s]`)
 
 // approxTokens estimates a BPE token count: words and punctuation marks.
@@ -54,7 +41,7 @@ type unit struct {
 }
 
 // ChunkFile splits one parsed file into chunks.
-func ChunkFile(file string, content []byte, pf *pyparse.File) []Chunk {
+func ChunkFile(file string, content []byte, pf *lang.File) []Chunk {
 	lines := strings.Split(string(content), "\n")
 	if len(lines) > 0 && lines[len(lines)-1] == "" {
 		lines = lines[:len(lines)-1]
@@ -129,7 +116,7 @@ func splitLines(file string, lines []string, u unit, tokensOf func(int, int) int
 // fileUnits turns a file into units: each top-level definition (with its
 // decorators; a class too big for one chunk is split into its header and
 // its members) and each module-level statement group between them.
-func fileUnits(lines []string, pf *pyparse.File) []unit {
+func fileUnits(lines []string, pf *lang.File) []unit {
 	var units []unit
 	covered := 0 // last line assigned to a unit
 	moduleGap := func(upTo int) {
@@ -147,7 +134,7 @@ func fileUnits(lines []string, pf *pyparse.File) []unit {
 	}
 	if pf != nil && !pf.HasErrors {
 		for _, d := range pf.Defs {
-			start := defStart(d)
+			start := d.FirstLine()
 			moduleGap(start - 1)
 			if start <= covered {
 				continue
@@ -160,25 +147,17 @@ func fileUnits(lines []string, pf *pyparse.File) []unit {
 	return units
 }
 
-func defStart(d *pyparse.Def) int {
-	start := d.Span.Start
-	for _, dec := range d.Decorators {
-		start = min(start, dec.Span.Start)
-	}
-	return start
-}
-
 // defUnits is one unit for a definition, or, for a class larger than a
 // chunk, its header plus one unit per member.
-func defUnits(lines []string, d *pyparse.Def, start int) []unit {
+func defUnits(lines []string, d *lang.Def, start int) []unit {
 	whole := unit{start: start, end: d.Span.End, spans: defSpans(d)}
-	if d.Kind != pyparse.KindClass || approxTokens(strings.Join(lines[start-1:d.Span.End], "\n")) <= ChunkMaxTokens {
+	if d.Kind != lang.KindClass || approxTokens(strings.Join(lines[start-1:d.Span.End], "\n")) <= ChunkMaxTokens {
 		return []unit{whole}
 	}
 	var units []unit
 	next := start
 	for _, m := range d.Children {
-		ms := defStart(m)
+		ms := m.FirstLine()
 		if ms > next {
 			units = append(units, unit{start: next, end: ms - 1, spans: []string{d.QualName}})
 		}
@@ -192,7 +171,7 @@ func defUnits(lines []string, d *pyparse.Def, start int) []unit {
 }
 
 // defSpans names a definition and every definition nested in it.
-func defSpans(d *pyparse.Def) []string {
+func defSpans(d *lang.Def) []string {
 	spans := []string{d.QualName}
 	for _, c := range d.Children {
 		spans = append(spans, defSpans(c)...)
@@ -202,9 +181,9 @@ func defSpans(d *pyparse.Def) []string {
 
 // moduleUnits groups module-level lines [from, to] into one unit with span
 // ids describing what they hold.
-func moduleUnits(lines []string, pf *pyparse.File, from, to int) []unit {
+func moduleUnits(lines []string, pf *lang.File, from, to int) []unit {
 	var spans []string
-	inSpan := func(line int, sp pyparse.Span) bool { return sp.Contains(line) }
+	inSpan := func(line int, sp lang.Span) bool { return sp.Contains(line) }
 	hasCode := false
 	for l := from; l <= to; l++ {
 		text := strings.TrimSpace(lines[l-1])

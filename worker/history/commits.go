@@ -1,4 +1,4 @@
-package repoindex
+package history
 
 import (
 	"context"
@@ -40,6 +40,11 @@ type CommitIndex struct {
 
 	mu      sync.Mutex
 	patches map[string]patchExcerpt // memo: rollouts of one issue repeat queries
+}
+
+// FromCommits is the index of commits read before (from a cache) of repo.
+func FromCommits(repo *gitrepo.Repo, commits []Commit) *CommitIndex {
+	return &CommitIndex{Commits: commits, repo: repo}
 }
 
 type patchExcerpt struct {
