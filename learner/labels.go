@@ -26,16 +26,16 @@ type turnLabel struct {
 }
 
 type trajectoryLabel struct {
-	InstanceID string  `json:"instance_id"`
-	Sample     int64   `json:"sample"`
-	F1File     float64 `json:"f1_file"`
-	F1Module   float64 `json:"f1_module"`
-	F1Entity   float64 `json:"f1_entity"`
-	DCFile     float64 `json:"dc_file"`
-	DCModule   float64 `json:"dc_module"`
-	DCEntity   float64 `json:"dc_entity"`
-	Status     string  `json:"status"`
-	Skipped    string  `json:"skipped,omitempty"`
+	InstanceID string        `json:"instance_id"`
+	Sample     int64         `json:"sample"`
+	F1File     float64       `json:"f1_file"`
+	F1Module   float64       `json:"f1_module"`
+	F1Entity   float64       `json:"f1_entity"`
+	DCFile     float64       `json:"dc_file"`
+	DCModule   float64       `json:"dc_module"`
+	DCEntity   float64       `json:"dc_entity"`
+	Status     schema.Status `json:"status"`
+	Skipped    string        `json:"skipped,omitempty"`
 }
 
 // WriteLabels writes one JSON line per labelled turn, then one per

@@ -174,10 +174,10 @@ func diagnose(lts []Labeled, covered []int, steps int) Diagnostics {
 func clampBin(i, n int) int { return max(0, min(n-1, i)) }
 
 // SFTRows selects teacher trajectories for the supervised warm-up, as the
-// paper, and gives them weight 1 (write them with KeepUnsuccessful): per instance, among trajectories whose answer matches the gold
-// (leniently) at every level with gold, the one with the highest file
-// discovery recall, ties to the fewest steps; every assistant turn gets
-// weight 1.
+// paper does: per instance, among trajectories whose answer matches the
+// gold (leniently) at every level with gold, the one with the highest
+// file discovery recall, ties to the fewest steps. Every assistant turn
+// gets weight 1 (write them with KeepUnsuccessful).
 func SFTRows(res *Result) []Labeled {
 	best := map[string]int{}
 	var order []string

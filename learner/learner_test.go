@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -21,7 +22,7 @@ var gold = map[string]schema.Locations{
 	"i1": {Files: []string{"a/x.py"}, Modules: []string{"a/x.py:C"}, Entities: []string{"a/x.py:C.m"}},
 }
 
-func traj(sample int64, status string, surfaceGold bool, action string) schema.Trajectory {
+func traj(sample int64, status schema.Status, surfaceGold bool, action string) schema.Trajectory {
 	s1 := schema.Locations{Files: []string{"a/other.py"}}
 	if surfaceGold {
 		s1 = schema.Locations{Files: []string{"a/x.py"}, Modules: []string{"a/x.py:C"}, Entities: []string{"a/x.py:C.m"}}
@@ -215,6 +216,54 @@ func TestSFTRowsPickTheBestTeacher(t *testing.T) {
 	for _, w := range rows[0].Weights {
 		if w != 1 {
 			t.Errorf("SFT weights must be 1: %v", rows[0].Weights)
+		}
+	}
+}
+
+// TestWriteShardsRecordsOneManifest: the learner service and replay both
+// write through WriteShards, so every manifest records the same keys —
+// hyperparameters, diagnostics, whether rows are supervised, and the
+// source — and an SFT set holds only successful trajectories.
+func TestWriteShardsRecordsOneManifest(t *testing.T) {
+	perfect := traj(2, schema.StatusOK, true, "other")
+	perfect.Predictions = gold["i1"]
+	res, err := Process([]schema.Trajectory{traj(0, schema.StatusOK, true, "read"), traj(1, schema.StatusOK, false, "read"),
+		perfect}, gold, DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sft := range []bool{false, true} {
+		dir := t.TempDir()
+		m, kept, err := WriteShards(res, DefaultConfig(), ShardConfig{Dir: dir, SFT: sft, Source: map[string]any{"run": "r"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, err := os.ReadFile(filepath.Join(dir, "manifest.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var onDisk struct{ Params map[string]json.RawMessage }
+		if err := json.Unmarshal(data, &onDisk); err != nil {
+			t.Fatal(err)
+		}
+		var keys []string
+		for k := range onDisk.Params {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		if want := []string{"advantage", "diagnostics", "keep_unsuccessful", "rewards", "sft", "source"}; !slices.Equal(keys, want) {
+			t.Errorf("sft=%v: manifest params %v, want %v", sft, keys, want)
+		}
+		var source map[string]string
+		if err := json.Unmarshal(onDisk.Params["source"], &source); err != nil || source["run"] != "r" ||
+			string(onDisk.Params["sft"]) != strconv.FormatBool(sft) {
+			t.Errorf("sft=%v: params sft %s source %s", sft, onDisk.Params["sft"], onDisk.Params["source"])
+		}
+		// Training rows leave out the sample that never saw gold; SFT rows
+		// keep only the one whose answer matches at every level.
+		want := map[bool]int{false: 2, true: 1}[sft]
+		if kept != want || m.Rows != want {
+			t.Errorf("sft=%v: kept %d trajectories in %d rows, want %d in %d", sft, kept, m.Rows, want, want)
 		}
 	}
 }

@@ -16,7 +16,6 @@ import (
 
 	"github.com/a2farm/a2farm/internal/atomicfile"
 	"github.com/a2farm/a2farm/internal/bus"
-	"github.com/a2farm/a2farm/learner/shard"
 	"github.com/a2farm/a2farm/schema"
 )
 
@@ -518,19 +517,12 @@ func (s *service) writeShard(ctx context.Context, k groupKey) error {
 	if err != nil {
 		return err
 	}
-	w, err := shard.NewWriter(shard.Config{Dir: dir, Params: map[string]any{
-		"rewards": s.cfg.Learner.Rewards, "advantage": s.cfg.Learner.Advantage, "run": k.run,
-		"iteration": k.iteration, "instance": k.instance, "diagnostics": res.Diagnostics}})
+	m, _, err := WriteShards(res, s.cfg.Learner, ShardConfig{Dir: dir,
+		Source: map[string]any{"run": k.run, "iteration": k.iteration, "instance": k.instance}})
 	if err != nil {
 		return err
 	}
-	_, rows, err := Write(w, res.Trajectories, s.cfg.Learner.KeepUnsuccessful)
-	if err != nil {
-		return err
-	}
-	if _, err := w.Close(); err != nil {
-		return err
-	}
+	rows := m.Rows
 	s.cfg.Log.Info().Str("instance", k.instance).Int("trajectories", len(trs)).Int("rows", rows).Msg("group closed")
 	if s.cfg.OnGroupClosed != nil {
 		s.cfg.OnGroupClosed(k.run, k.iteration, k.instance, len(trs), rows)

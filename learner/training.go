@@ -239,3 +239,41 @@ func Write(w *shard.Writer, lts []Labeled, keepUnsuccessful bool) (kept, rows in
 	}
 	return kept, rows, nil
 }
+
+// ShardConfig says where and how a result's shards are written.
+type ShardConfig struct {
+	Dir string
+	// MaxRows bounds rows per file; 0 keeps the writer's default.
+	MaxRows int
+	// SFT writes supervised rows instead (SFTRows: the turns of
+	// successful trajectories, weight 1).
+	SFT bool
+	// Source says where the trajectories came from — a run, iteration
+	// and instance, or an archive and a gold file — for the manifest.
+	Source map[string]any
+}
+
+// WriteShards writes res as training shards. The learner service and
+// replay both write through here, so their manifests hold the same
+// record: the hyperparameters, the diagnostics, the source and whether
+// the rows are supervised.
+func WriteShards(res *Result, cfg Config, sc ShardConfig) (m *shard.Manifest, kept int, err error) {
+	params := map[string]any{
+		"rewards": cfg.Rewards, "advantage": cfg.Advantage, "keep_unsuccessful": cfg.KeepUnsuccessful,
+		"diagnostics": res.Diagnostics, "sft": sc.SFT, "source": sc.Source,
+	}
+	w, err := shard.NewWriter(shard.Config{Dir: sc.Dir, MaxRows: sc.MaxRows, Params: params})
+	if err != nil {
+		return nil, 0, err
+	}
+	lts, keep := res.Trajectories, cfg.KeepUnsuccessful
+	if sc.SFT {
+		lts, keep = SFTRows(res), true
+	}
+	if kept, _, err = Write(w, lts, keep); err != nil {
+		w.Close()
+		return nil, 0, err
+	}
+	m, err = w.Close()
+	return m, kept, err
+}

@@ -85,20 +85,37 @@ func (g Gold) Locations() Locations {
 	return loc
 }
 
-// Job statuses of a finished rollout.
+// Status is how a rollout ended.
+type Status string
+
+// Statuses of a finished rollout.
 const (
-	StatusOK          = "ok"
-	StatusTruncated   = "truncated"
-	StatusPolicyError = "policy_error"
-	StatusToolError   = "tool_error"
-	StatusInfraError  = "infra_error"
-	StatusTimeout     = "timeout"
+	StatusOK          Status = "ok"
+	StatusTruncated   Status = "truncated"
+	StatusPolicyError Status = "policy_error"
+	StatusToolError   Status = "tool_error"
+	StatusInfraError  Status = "infra_error"
+	StatusTimeout     Status = "timeout"
+)
+
+// PolicyKind says what kind of policy acts; a worker's registry maps each
+// kind to the code that plays it.
+type PolicyKind string
+
+// Policy kinds a job may name.
+const (
+	// PolicyHeuristic is the built-in deterministic policy.
+	PolicyHeuristic PolicyKind = "heuristic"
+	// PolicyOpenAI is a model behind an OpenAI-compatible server (vLLM).
+	PolicyOpenAI PolicyKind = "openai"
+	// PolicyReplay re-sends recorded replies, to reproduce episodes.
+	PolicyReplay PolicyKind = "replay"
 )
 
 // Policy names what acts in an episode. It travels in the job: the run
 // decides it, and a worker only knows where models are served.
 type Policy struct {
-	Kind string `json:"kind" arrow:"kind"` // heuristic | openai | replay
+	Kind PolicyKind `json:"kind" arrow:"kind"`
 	// Model is the model or LoRA adapter name sent to the policy server.
 	Model string `json:"model,omitempty" arrow:"model"`
 	// Endpoint is where the episode was served (set by the worker, without
@@ -178,7 +195,7 @@ type Trajectory struct {
 	InstanceID string `json:"instance_id" arrow:"instance_id"`
 	Repo       string `json:"repo" arrow:"repo"`
 	Sample     int64  `json:"sample" arrow:"sample"`
-	Status     string `json:"status" arrow:"status"`
+	Status     Status `json:"status" arrow:"status"`
 	Error      string `json:"error,omitempty" arrow:"error"`
 	// FinalAnswer is the raw text of the agent's answer; Predictions is
 	// what it parsed to.
@@ -396,4 +413,24 @@ func (s RunSpec) Job(runID string, iteration int64, in Instance, sample int64) J
 		InstanceID: in.InstanceID, Repo: in.Repo, BaseCommit: in.BaseCommit, ProblemStatement: in.ProblemStatement,
 		Sample: sample, Policy: s.Policy, Sampling: sampling, Limits: s.Limits, Tools: s.Tools, Attempt: 1,
 	}
+}
+
+// Trajectory starts the trajectory of j: its identity, the policy and
+// sampling it was planned with, and its attempt (at least 1). Every
+// trajectory, played or not, begins here.
+func (j Job) Trajectory(status Status) Trajectory {
+	return Trajectory{
+		JobID: j.JobID, RunID: j.RunID, Iteration: j.Iteration, InstanceID: j.InstanceID, Repo: j.Repo,
+		Sample: j.Sample, Status: status, Policy: j.Policy, Sampling: j.Sampling, Attempt: max(j.Attempt, 1),
+	}
+}
+
+// InfraError is the trajectory of a job that could not be played (no
+// index, no worker for its policy or snapshot, deliveries exhausted): no
+// turns, and why in its error, so that its group can close and the
+// archive says what happened.
+func (j Job) InfraError(why string, at time.Time) Trajectory {
+	tr := j.Trajectory(StatusInfraError)
+	tr.Error, tr.FinishedAt = why, at
+	return tr
 }

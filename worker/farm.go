@@ -20,7 +20,6 @@ import (
 	"github.com/a2farm/a2farm/worker/agent"
 	"github.com/a2farm/a2farm/worker/policy"
 	"github.com/a2farm/a2farm/worker/repoindex"
-	"github.com/a2farm/a2farm/worker/tools"
 )
 
 // Policies builds the model that plays a job from the job's policy; an
@@ -332,16 +331,10 @@ func (w *farmWorker) runJob(ctx context.Context, job schema.Job, msg jetstream.M
 		return RetryAfter(err, 10*time.Second)
 	}
 	defer release()
-	set, err := tools.New(idx, tools.Options{Enabled: job.Tools, ProblemStatement: job.ProblemStatement})
+	tr, err := play(ctx, job, idx, model, w.cfg.WorkerID, func(schema.Turn) { _ = msg.InProgress() })
 	if err != nil {
-		return Permanent(err)
+		return err // bad tools: terminate; cancelled: hand the job back
 	}
-	tr, err := agent.Run(ctx, agent.JobConfig(job), agent.Episode{Job: job, Tools: set, Graph: idx.Graph, Model: model,
-		OnTurn: func(schema.Turn) { _ = msg.InProgress() }})
-	if err != nil {
-		return err // cancelled: hand the job back
-	}
-	tr.WorkerID = w.cfg.WorkerID
 	if err := w.cfg.Bus.PublishTrajectory(context.WithoutCancel(ctx), tr); err != nil {
 		return RetryAfter(err, 5*time.Second)
 	}

@@ -253,7 +253,7 @@ func heuristicPolicy(b *testing.B) benchPolicy {
 	if err != nil {
 		b.Fatal(err)
 	}
-	return benchPolicy{spec: schema.RunSpec{Policy: schema.Policy{Kind: policy.KindHeuristic}, Seed: 1}, registry: reg}
+	return benchPolicy{spec: schema.RunSpec{Policy: schema.Policy{Kind: schema.PolicyHeuristic}, Seed: 1}, registry: reg}
 }
 
 // scriptedPolicy is the openai policy against the in-test OpenAI-protocol
@@ -264,7 +264,7 @@ func scriptedPolicy(b *testing.B, delay time.Duration) benchPolicy {
 	if err != nil {
 		b.Fatal(err)
 	}
-	return benchPolicy{spec: schema.RunSpec{Policy: schema.Policy{Kind: policy.KindOpenAI, Model: "m"}, Seed: 1}, registry: reg}
+	return benchPolicy{spec: schema.RunSpec{Policy: schema.Policy{Kind: schema.PolicyOpenAI, Model: "m"}, Seed: 1}, registry: reg}
 }
 
 // BenchmarkFarmEfficiency1sTurn: 512 episodes of three 1-second policy

@@ -171,10 +171,10 @@ func TestTheRunDecidesWhatActs(t *testing.T) {
 		id   string
 		spec schema.RunSpec
 	}{
-		{"iter1", schema.RunSpec{Seed: 7, Policy: schema.Policy{Kind: policy.KindOpenAI, Model: "adapter-1", Version: "iter1", ReturnTokenIDs: true},
+		{"iter1", schema.RunSpec{Seed: 7, Policy: schema.Policy{Kind: schema.PolicyOpenAI, Model: "adapter-1", Version: "iter1", ReturnTokenIDs: true},
 			Sampling: schema.Sampling{Temperature: 1, TopP: 0.8, TopK: 20, RepetitionPenalty: 1.05, MaxTokens: 512},
 			Limits:   schema.Limits{MaxToolCalls: 20, MaxContextTokens: 40000, WallTimeSeconds: 60}}},
-		{"eval", schema.RunSpec{Seed: 1234, Policy: schema.Policy{Kind: policy.KindOpenAI, Model: "adapter-2", Version: "iter2"},
+		{"eval", schema.RunSpec{Seed: 1234, Policy: schema.Policy{Kind: schema.PolicyOpenAI, Model: "adapter-2", Version: "iter2"},
 			Sampling: schema.Sampling{Temperature: 0, TopP: 0.95, TopK: 5, RepetitionPenalty: 1.2, MaxTokens: 64},
 			Limits:   schema.Limits{MaxToolCalls: 20, MaxContextTokens: 40000, WallTimeSeconds: 60}}},
 	}
@@ -233,7 +233,7 @@ func TestAJobIsNeverPlayedByAnotherPolicy(t *testing.T) {
 
 	// Another worker serves any model: jobs for adapter-b go to it.
 	stopAny := f.startWorker("serves-any", policy.RegistryConfig{Endpoints: policy.EndpointConfig{BaseURL: srv.URL}})
-	specB := schema.RunSpec{Seed: 3, Policy: schema.Policy{Kind: policy.KindOpenAI, Model: "adapter-b"},
+	specB := schema.RunSpec{Seed: 3, Policy: schema.Policy{Kind: schema.PolicyOpenAI, Model: "adapter-b"},
 		Sampling: schema.Sampling{Temperature: 1}, Limits: schema.Limits{MaxToolCalls: 20, MaxContextTokens: 40000}}
 	for id, tr := range f.run("handed-over", 4, specB) {
 		if tr.Status != schema.StatusOK || tr.WorkerID != "serves-any" || tr.Policy.Model != "adapter-b" {
@@ -244,8 +244,8 @@ func TestAJobIsNeverPlayedByAnotherPolicy(t *testing.T) {
 
 	// Now no live worker serves adapter-b, nor the replay kind.
 	srv.Reset()
-	for _, spec := range []schema.RunSpec{specB, {Policy: schema.Policy{Kind: policy.KindReplay}}} {
-		runID := "unservable-" + spec.Policy.Kind
+	for _, spec := range []schema.RunSpec{specB, {Policy: schema.Policy{Kind: schema.PolicyReplay}}} {
+		runID := "unservable-" + string(spec.Policy.Kind)
 		for id, tr := range f.run(runID, 2, spec) {
 			if tr.Status != schema.StatusInfraError || len(tr.Turns) != 0 || tr.Policy != spec.Policy ||
 				!strings.Contains(tr.Error, "cannot serve") {
@@ -298,7 +298,7 @@ func TestAWorkerWithoutTheRepositoryPassesTheJobOn(t *testing.T) {
 		}()
 	}
 	defer func() { cancel(); wg.Wait() }()
-	spec := schema.RunSpec{Seed: 1, Policy: schema.Policy{Kind: policy.KindHeuristic}, Limits: schema.Limits{MaxToolCalls: 20, MaxContextTokens: 40000}}
+	spec := schema.RunSpec{Seed: 1, Policy: schema.Policy{Kind: schema.PolicyHeuristic}, Limits: schema.Limits{MaxToolCalls: 20, MaxContextTokens: 40000}}
 	for id, tr := range f.run("split", 6, spec) {
 		if tr.Status != schema.StatusOK || tr.WorkerID != "has-repos" {
 			t.Errorf("%s: status %s (%s) by %s", id, tr.Status, tr.Error, tr.WorkerID)

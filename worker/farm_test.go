@@ -57,7 +57,7 @@ func TestFarmWorkersRunEveryJobOnce(t *testing.T) {
 	// A job for a repository nobody has waits for a worker that has it,
 	// then is given up with the reason on its last delivery.
 	if err := b.PublishJob(ctx, schema.Job{JobID: "run1/0/ghost/0", RunID: "run1", InstanceID: "ghost", Repo: "no/such", BaseCommit: "abc1234",
-		Policy: schema.Policy{Kind: policy.KindHeuristic}}); err != nil {
+		Policy: schema.Policy{Kind: schema.PolicyHeuristic}}); err != nil {
 		t.Fatal(err)
 	}
 

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/rs/zerolog"
 	"golang.org/x/sync/errgroup"
@@ -20,7 +21,6 @@ import (
 	"github.com/a2farm/a2farm/schema"
 	"github.com/a2farm/a2farm/worker/agent"
 	"github.com/a2farm/a2farm/worker/repoindex"
-	"github.com/a2farm/a2farm/worker/tools"
 )
 
 // LocalizeConfig configures a single-process localization run.
@@ -131,9 +131,7 @@ func (cfg *LocalizeConfig) runInstance(ctx context.Context, inst schema.Instance
 		}
 		cfg.Log.Error().Err(err).Str("instance", inst.InstanceID).Msg("index build failed; recording infra_error trajectories")
 		for s, job := range jobs {
-			trs[s] = schema.Trajectory{JobID: job.JobID, RunID: job.RunID, InstanceID: job.InstanceID, Repo: job.Repo,
-				Sample: job.Sample, Status: schema.StatusInfraError, Error: err.Error(), Policy: job.Policy,
-				Sampling: job.Sampling, Attempt: 1}
+			trs[s] = job.InfraError(err.Error(), time.Now().UTC())
 			tick()
 		}
 		return trs, nil
@@ -147,15 +145,10 @@ func (cfg *LocalizeConfig) runInstance(ctx context.Context, inst schema.Instance
 			if err != nil {
 				return err
 			}
-			set, err := tools.New(idx, tools.Options{Enabled: job.Tools, ProblemStatement: inst.ProblemStatement})
+			tr, err := play(gctx, job, idx, model, "localize", nil)
 			if err != nil {
 				return err
 			}
-			tr, err := agent.Run(gctx, agent.JobConfig(job), agent.Episode{Job: job, Tools: set, Graph: idx.Graph, Model: model})
-			if err != nil {
-				return err
-			}
-			tr.WorkerID = "localize"
 			trs[s] = tr
 			tick()
 			return nil

@@ -18,7 +18,6 @@ import (
 	"github.com/a2farm/a2farm/internal/pyparse"
 	"github.com/a2farm/a2farm/internal/sample"
 	"github.com/a2farm/a2farm/schema"
-	"github.com/a2farm/a2farm/worker/policy"
 )
 
 // TestSoakWorkerMemory runs thousands of jobs through one farm worker and
@@ -79,7 +78,7 @@ func TestSoakWorkerMemory(t *testing.T) {
 					job := schema.Job{JobID: schema.JobID("soak", 0, inst.InstanceID, s), RunID: "soak",
 						InstanceID: inst.InstanceID, Repo: inst.Repo, BaseCommit: inst.BaseCommit,
 						ProblemStatement: inst.ProblemStatement, Sample: s, Sampling: schema.Sampling{Seed: schema.SampleSeed(1, s)}, Attempt: 1,
-						Policy: schema.Policy{Kind: policy.KindHeuristic}}
+						Policy: schema.Policy{Kind: schema.PolicyHeuristic}}
 					if err := b.PublishJob(ctx, job); err != nil {
 						t.Fatal(err)
 					}

@@ -431,10 +431,7 @@ func (b *Bus) deadLetter(ctx context.Context, dl DeadLetter) error {
 	if dl.Reason != "" {
 		why = dl.Reason
 	}
-	tr := schema.Trajectory{JobID: job.JobID, RunID: job.RunID, Iteration: job.Iteration, InstanceID: job.InstanceID,
-		Repo: job.Repo, Sample: job.Sample, Status: schema.StatusInfraError, Error: why, Policy: job.Policy,
-		Sampling: job.Sampling, Attempt: max(job.Attempt, 1), FinishedAt: dl.At}
-	if err := b.PublishTrajectory(ctx, tr); err != nil {
+	if err := b.PublishTrajectory(ctx, job.InfraError(why, dl.At)); err != nil {
 		return err
 	}
 	data, _ := json.Marshal(dl)

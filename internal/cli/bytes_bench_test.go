@@ -52,7 +52,7 @@ func BenchmarkTrainingBytes(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	spec := schema.RunSpec{Policy: schema.Policy{Kind: policy.KindHeuristic}, Seed: 42,
+	spec := schema.RunSpec{Policy: schema.Policy{Kind: schema.PolicyHeuristic}, Seed: 42,
 		Limits: schema.Limits{MaxToolCalls: 20, MaxContextTokens: 40000}}
 	trs, err := worker.Localize(context.Background(), worker.LocalizeConfig{Instances: ds.Instances, Repos: repos,
 		Spec: spec, Index: repoindex.BuildOptions{Language: pyparse.Python{}}, Policies: reg, Samples: 8, Out: filepath.Join(dir, "loc"), Log: zerolog.Nop()})

@@ -95,7 +95,7 @@ func testClusterLosesANode(t *testing.T, leader bool) {
 	}()
 	defer func() { cancel(); wg.Wait() }()
 
-	spec := schema.RunSpec{Seed: 1, Policy: schema.Policy{Kind: policy.KindOpenAI, Model: "m"}, Limits: schema.Limits{MaxToolCalls: 20, MaxContextTokens: 40000}}
+	spec := schema.RunSpec{Seed: 1, Policy: schema.Policy{Kind: schema.PolicyOpenAI, Model: "m"}, Limits: schema.Limits{MaxToolCalls: 20, MaxContextTokens: 40000}}
 	pub, err := coordinator.Publish(ctx, coordinator.RunConfig{Bus: b, RunID: "cl", Instances: l.Instances, Samples: 16, Spec: spec})
 	if err != nil {
 		t.Fatal(err)

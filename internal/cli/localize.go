@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"github.com/a2farm/a2farm/schema"
 	"path/filepath"
 
 	"github.com/spf13/cobra"
@@ -72,7 +73,7 @@ found_modules, found_entities, raw_output). Score them with a2farm eval.`,
 			if err != nil {
 				return err
 			}
-			status := map[string]int{}
+			status := map[schema.Status]int{}
 			turns := 0
 			for _, tr := range trs {
 				status[tr.Status]++

@@ -2,12 +2,12 @@ package cli
 
 import (
 	"fmt"
-	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/spf13/cobra"
 
 	"github.com/a2farm/a2farm/internal/bus"
+	"github.com/a2farm/a2farm/internal/embednats"
 )
 
 func newNatsCmd(e *env) *cobra.Command {
@@ -37,13 +37,9 @@ deploy/nats/*.conf.`,
 			if tok := envOr("A2FARM_NATS_TOKEN", ""); tok != "" {
 				opts.Authorization = tok
 			}
-			ns, err := server.NewServer(opts)
+			ns, err := embednats.Start(opts)
 			if err != nil {
-				return &usageError{err}
-			}
-			go ns.Start()
-			if !ns.ReadyForConnections(10 * time.Second) {
-				return fmt.Errorf("NATS did not start on %s:%d", host, port)
+				return err
 			}
 			fmt.Fprintf(e.stdout, "nats listening on %s (store %s)\n", ns.ClientURL(), store)
 			// This server's farm is owned here: create or change its
@@ -56,7 +52,7 @@ deploy/nats/*.conf.`,
 			}
 			nc, b, err := nf.own(cmd.Context(), "nats")
 			if err != nil {
-				ns.Shutdown()
+				embednats.Stop(ns)
 				return err
 			}
 			nc.Close()
@@ -64,8 +60,7 @@ deploy/nats/*.conf.`,
 				return err
 			}
 			<-cmd.Context().Done()
-			ns.Shutdown()
-			ns.WaitForShutdown()
+			embednats.Stop(ns)
 			return nil
 		},
 	}

@@ -46,9 +46,9 @@ func (f *runFlags) bind(cmd *cobra.Command, defaultKind string) {
 
 // spec validates the flags and returns the run's spec.
 func (f *runFlags) spec() (schema.RunSpec, error) {
-	switch f.kind {
-	case policy.KindHeuristic, policy.KindReplay:
-	case policy.KindOpenAI:
+	switch schema.PolicyKind(f.kind) {
+	case schema.PolicyHeuristic, schema.PolicyReplay:
+	case schema.PolicyOpenAI:
 		if f.model == "" {
 			return schema.RunSpec{}, usagef("--policy openai needs --model (the model or adapter name the server serves)")
 		}
@@ -59,7 +59,7 @@ func (f *runFlags) spec() (schema.RunSpec, error) {
 		return schema.RunSpec{}, usagef("--max-tool-calls and --max-context-tokens must be >= 1, --episode-timeout >= 0")
 	}
 	s := schema.RunSpec{
-		Policy: schema.Policy{Kind: f.kind, Model: f.model, Version: f.version, TextMode: f.textMode,
+		Policy: schema.Policy{Kind: schema.PolicyKind(f.kind), Model: f.model, Version: f.version, TextMode: f.textMode,
 			ReturnTokenIDs: f.tokenIDs, Logprobs: f.logprobs},
 		Sampling: schema.Sampling{Temperature: f.temperature, TopP: f.topP, TopK: f.topK, RepetitionPenalty: f.repPenalty,
 			MaxTokens: f.maxTokens},
@@ -124,9 +124,9 @@ func servable(reg *policy.Registry, spec schema.RunSpec) error {
 	if errors.Is(err, policy.ErrUnservable) {
 		hint := ""
 		switch spec.Policy.Kind {
-		case policy.KindOpenAI:
+		case schema.PolicyOpenAI:
 			hint = " (give --base-url or --endpoint MODEL=URL)"
-		case policy.KindReplay:
+		case schema.PolicyReplay:
 			hint = " (give --replay DIR)"
 		}
 		return usagef("%v%s", err, hint)

@@ -13,7 +13,6 @@ import (
 	"github.com/a2farm/a2farm/internal/atomicfile"
 	"github.com/a2farm/a2farm/internal/gold"
 	"github.com/a2farm/a2farm/learner"
-	"github.com/a2farm/a2farm/learner/shard"
 	"github.com/a2farm/a2farm/schema"
 )
 
@@ -97,22 +96,8 @@ group coverage and advantage statistics for several history lengths.`,
 			if out == "" {
 				return nil
 			}
-			w, err := shard.NewWriter(shard.Config{Dir: out, MaxRows: maxRows, Params: map[string]any{
-				"rewards": cfg.Rewards, "advantage": cfg.Advantage, "keep_unsuccessful": cfg.KeepUnsuccessful,
-				"archive": archive, "gold": goldPath, "code_version": version(), "diagnostics": res.Diagnostics, "sft": sft,
-			}})
-			if err != nil {
-				return err
-			}
-			lts, keep := res.Trajectories, cfg.KeepUnsuccessful
-			if sft {
-				lts, keep = learner.SFTRows(res), true
-			}
-			kept, _, err := learner.Write(w, lts, keep)
-			if err != nil {
-				return err
-			}
-			m, err := w.Close()
+			m, kept, err := learner.WriteShards(res, cfg, learner.ShardConfig{Dir: out, MaxRows: maxRows, SFT: sft,
+				Source: map[string]any{"archive": archive, "gold": goldPath, "dataset": datasetPath, "code_version": version()}})
 			if err != nil {
 				return err
 			}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/a2farm/a2farm/coordinator"
 	"github.com/a2farm/a2farm/internal/bus"
+	"github.com/a2farm/a2farm/internal/embednats"
 	"github.com/a2farm/a2farm/internal/gitrepo"
 	"github.com/a2farm/a2farm/internal/gold"
 	"github.com/a2farm/a2farm/internal/sample"
@@ -82,16 +83,12 @@ the trajectory archive in DIR/learner/archive.`,
 				runID = "up-" + time.Now().UTC().Format("20060102-150405")
 			}
 
-			ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true,
-				StoreDir: filepath.Join(out, "nats"), NoLog: true, NoSigs: true})
+			ns, err := embednats.Start(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true,
+				StoreDir: filepath.Join(out, "nats"), NoLog: true})
 			if err != nil {
 				return err
 			}
-			go ns.Start()
-			defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
-			if !ns.ReadyForConnections(10 * time.Second) {
-				return fmt.Errorf("embedded NATS did not start")
-			}
+			defer embednats.Stop(ns)
 			nc, err := nats.Connect(ns.ClientURL())
 			if err != nil {
 				return err

@@ -5,11 +5,12 @@ package natstest
 
 import (
 	"testing"
-	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/a2farm/a2farm/internal/embednats"
 )
 
 // Server starts a JetStream server and returns it; opts may adjust the
@@ -27,18 +28,11 @@ func Server(t testing.TB, opts ...func(*server.Options)) *server.Server {
 	for _, f := range opts {
 		f(o)
 	}
-	s, err := server.NewServer(o)
+	s, err := embednats.Start(o)
 	if err != nil {
 		t.Fatal(err)
 	}
-	go s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats server did not start")
-	}
-	t.Cleanup(func() {
-		s.Shutdown()
-		s.WaitForShutdown()
-	})
+	t.Cleanup(func() { embednats.Stop(s) })
 	return s
 }
 

@@ -79,7 +79,7 @@ func (m *Metrics) IndexBuilt(took time.Duration, err error) {
 
 // ObserveTrajectory counts a finished episode and its turns.
 func (m *Metrics) ObserveTrajectory(tr schema.Trajectory) {
-	m.episodes.WithLabelValues(tr.Status).Inc()
+	m.episodes.WithLabelValues(string(tr.Status)).Inc()
 	if tr.Status == schema.StatusPolicyError {
 		m.policyErrors.Inc()
 	}

@@ -107,11 +107,8 @@ func Run(ctx context.Context, cfg Config, ep Episode) (schema.Trajectory, error)
 	cfg = cfg.withDefaults()
 	job := ep.Job
 	syntax := newPathSyntax(ep.Graph.Language())
-	tr := schema.Trajectory{
-		JobID: job.JobID, RunID: job.RunID, Iteration: job.Iteration, InstanceID: job.InstanceID,
-		Repo: job.Repo, Sample: job.Sample, Status: schema.StatusOK, StartedAt: time.Now().UTC(),
-		Policy: job.Policy, Sampling: job.Sampling, Attempt: max(job.Attempt, 1),
-	}
+	tr := job.Trajectory(schema.StatusOK)
+	tr.StartedAt = time.Now().UTC()
 	if served, ok := ep.Model.(interface{ Endpoint() string }); ok {
 		tr.Policy.Endpoint = served.Endpoint()
 	}

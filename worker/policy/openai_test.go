@@ -101,7 +101,7 @@ func (f fixture) run(t *testing.T, srv *httptest.Server, clientCfg llm.Config, c
 	if err != nil {
 		t.Fatal(err)
 	}
-	pol.Kind, pol.Model = KindOpenAI, "qwen"
+	pol.Kind, pol.Model = schema.PolicyOpenAI, "qwen"
 	sampling.Seed = schema.SampleSeed(7, 3)
 	model, err := NewOpenAI(client, "test-server", pol, sampling)
 	if err != nil {

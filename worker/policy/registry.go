@@ -13,13 +13,6 @@ import (
 	"github.com/a2farm/a2farm/worker/agent"
 )
 
-// Policy kinds a job may name.
-const (
-	KindHeuristic = "heuristic"
-	KindOpenAI    = "openai"
-	KindReplay    = "replay"
-)
-
 // ErrUnservable marks a job whose policy this process cannot serve: its
 // kind is not registered, or no endpoint serves its model. Such a job is
 // never played with another policy.
@@ -32,17 +25,19 @@ type Factory func(job schema.Job) (agent.Model, error)
 // Registry picks a job's model by the kind its policy names. The zero
 // value has no kinds; NewRegistry registers the built-in ones.
 type Registry struct {
-	factories map[string]Factory
+	factories map[schema.PolicyKind]Factory
 	// offers are what each kind can play, as workers advertise it.
-	offers map[string][]string
+	offers map[schema.PolicyKind][]string
 }
 
 // Register makes kind playable; a second registration replaces the first.
-func (r *Registry) Register(kind string, f Factory) { r.register(kind, f, []string{kind}) }
+func (r *Registry) Register(kind schema.PolicyKind, f Factory) {
+	r.register(kind, f, []string{string(kind)})
+}
 
-func (r *Registry) register(kind string, f Factory, offers []string) {
+func (r *Registry) register(kind schema.PolicyKind, f Factory, offers []string) {
 	if r.factories == nil {
-		r.factories, r.offers = map[string]Factory{}, map[string][]string{}
+		r.factories, r.offers = map[schema.PolicyKind]Factory{}, map[schema.PolicyKind][]string{}
 	}
 	r.factories[kind], r.offers[kind] = f, offers
 }
@@ -63,7 +58,7 @@ func (r *Registry) Offers() []string {
 func Offered(offers []string, p schema.Policy) bool {
 	for _, o := range offers {
 		kind, model, narrowed := strings.Cut(o, ":")
-		if kind == p.Kind && (!narrowed || model == "*" || model == p.Model) {
+		if schema.PolicyKind(kind) == p.Kind && (!narrowed || model == "*" || model == p.Model) {
 			return true
 		}
 	}
@@ -74,7 +69,7 @@ func Offered(offers []string, p schema.Policy) bool {
 func (r *Registry) Kinds() []string {
 	kinds := make([]string, 0, len(r.factories))
 	for k := range r.factories {
-		kinds = append(kinds, k)
+		kinds = append(kinds, string(k))
 	}
 	slices.Sort(kinds)
 	return kinds
@@ -116,14 +111,14 @@ type RegistryConfig struct {
 // recorded trajectories are given.
 func NewRegistry(cfg RegistryConfig) (*Registry, error) {
 	r := &Registry{}
-	r.Register(KindHeuristic, func(schema.Job) (agent.Model, error) { return Heuristic{}, nil })
+	r.Register(schema.PolicyHeuristic, func(schema.Job) (agent.Model, error) { return Heuristic{}, nil })
 	eps, err := newEndpoints(cfg.Endpoints)
 	if err != nil {
 		return nil, err
 	}
-	r.register(KindOpenAI, eps.model, eps.offers())
+	r.register(schema.PolicyOpenAI, eps.model, eps.offers())
 	if cfg.Replay != nil {
-		r.Register(KindReplay, func(schema.Job) (agent.Model, error) { return cfg.Replay, nil })
+		r.Register(schema.PolicyReplay, func(schema.Job) (agent.Model, error) { return cfg.Replay, nil })
 	}
 	return r, nil
 }
@@ -170,10 +165,10 @@ func newEndpoints(cfg EndpointConfig) (*endpoints, error) {
 func (e *endpoints) offers() []string {
 	var out []string
 	if e.fallback != nil {
-		out = append(out, KindOpenAI+":*")
+		out = append(out, string(schema.PolicyOpenAI)+":*")
 	}
 	for model := range e.models {
-		out = append(out, KindOpenAI+":"+model)
+		out = append(out, string(schema.PolicyOpenAI)+":"+model)
 	}
 	return out
 }
