@@ -6,6 +6,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/a2farm/a2farm/internal/pyparse"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -376,4 +380,31 @@ func readShardRows(t *testing.T, dirGlob string) map[string]schema.ShardRow {
 		}
 	}
 	return rows
+}
+
+// TestHyperparametersOnEveryLabellingCommand: learner, replay and up bind
+// the same learnFlags, so every hyperparameter replay can sweep the
+// learner service and up take too.
+func TestHyperparametersOnEveryLabellingCommand(t *testing.T) {
+	e := &env{stdout: io.Discard, stderr: io.Discard, language: pyparse.Python{}}
+	probe := &cobra.Command{Use: "probe"}
+	var lf learnFlags
+	lf.bind(probe, e)
+	var names []string
+	probe.Flags().VisitAll(func(f *pflag.Flag) { names = append(names, f.Name) })
+	if len(names) < 16 {
+		t.Fatalf("learnFlags binds %d flags: %v", len(names), names)
+	}
+	root := newRoot(e)
+	for _, cmdName := range []string{"learner", "replay", "up"} {
+		cmd, _, err := root.Find([]string{cmdName})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range names {
+			if cmd.Flags().Lookup(n) == nil {
+				t.Errorf("%s has no --%s", cmdName, n)
+			}
+		}
+	}
 }

@@ -10,101 +10,120 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/a2farm/a2farm/coordinator"
+	"github.com/a2farm/a2farm/internal/bus"
 	"github.com/a2farm/a2farm/internal/gitrepo"
 	"github.com/a2farm/a2farm/internal/gold"
 	"github.com/a2farm/a2farm/learner"
+	"github.com/a2farm/a2farm/schema"
 	"github.com/a2farm/a2farm/worker"
 )
 
+// coordinatorOptions are the coordinator's flags.
+type coordinatorOptions struct {
+	nats                      natsFlags
+	metrics                   metricsFlags
+	run                       runFlags
+	datasetPath, reposDir, id string
+	samples                   int
+	iteration                 int64
+	detach, strict, rerun     bool
+	timeout                   time.Duration
+}
+
 func newCoordinatorCmd(e *env) *cobra.Command {
-	var nf natsFlags
-	var mf metricsFlags
-	var rf runFlags
-	var datasetPath, reposDir, runID string
-	var samples int
-	var iteration int64
-	var detach, strict, rerun bool
-	var timeout time.Duration
+	var o coordinatorOptions
 	cmd := &cobra.Command{
 		Use:   "coordinator --nats URL --dataset FILE --repos DIR --samples N --run ID",
 		Short: "Validate a dataset, extract gold, publish issue × N jobs and wait until each has a trajectory",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx := cmd.Context()
-			if datasetPath == "" || reposDir == "" || runID == "" {
-				return usagef("--dataset, --repos and --run are required")
-			}
-			spec, err := rf.spec()
-			if err != nil {
-				return err
-			}
-			farm, err := joinFarm(ctx, e, &nf, &mf, "coordinator")
-			if err != nil {
-				return err
-			}
-			defer farm.leave()
-			b := farm.bus
-			report, err := coordinator.RunGold(ctx, coordinator.GoldConfig{Dataset: datasetPath, ReposDir: reposDir,
-				Strict: strict, Language: e.language, MaxEditFiles: gold.DefaultMaxEditFiles, Log: e.log})
-			if err != nil {
-				return err
-			}
-			report2, finish := e.progress("published")
-			pub, err := coordinator.Publish(ctx, coordinator.RunConfig{Bus: b, RunID: runID, Iteration: iteration,
-				Instances: report.Instances, Gold: report.Locations(), Samples: samples, Spec: spec, Rerun: rerun, Progress: report2})
-			finish()
-			if err != nil {
-				return err
-			}
-			m := pub.Manifest
-			switch {
-			case pub.Complete:
-				fmt.Fprintf(e.stdout, "run %s iteration %d is complete already: all %d jobs have a trajectory; nothing published (--rerun makes new attempts)\n",
-					runID, iteration, m.Expected)
-				return nil
-			case pub.Answered > 0:
-				fmt.Fprintf(e.stdout, "run %s iteration %d: %d of %d jobs have a trajectory; %d published (attempt %d)\n",
-					runID, iteration, pub.Answered, m.Expected, pub.Queued, m.Attempt)
-			default:
-				fmt.Fprintf(e.stdout, "run %s iteration %d: %d jobs published (attempt %d)\n", runID, iteration, pub.Queued, m.Attempt)
-			}
-			if detach {
-				return nil
-			}
-			// Jobs that exhaust their deliveries are dead-lettered here
-			// too; with a learner running, each advisory goes to one of them.
-			defer b.StartDeadJobHandler(ctx, e.log)()
-			wait, done := e.progress("trajectories")
-			err = coordinator.Wait(waitCtx(ctx, timeout), b, m, wait,
-				func(seq uint64, why string) {
-					e.log.Warn().Uint64("seq", seq).Str("reason", why).Msg("a message in the run's trajectory log counts nowhere")
-				},
-				func(err error) { e.log.Warn().Err(err).Msg("lost the NATS server; waiting for it (the run goes on)") })
-			done()
-			if err != nil {
-				if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
-					return fmt.Errorf("run %s not complete after --timeout %s (a2farm status shows where it stands)", runID, timeout)
-				}
-				return err
-			}
-			fmt.Fprintf(e.stdout, "every job of run %s has a trajectory\n", runID)
-			return nil
-		},
+		RunE:  func(cmd *cobra.Command, _ []string) error { return runCoordinator(cmd.Context(), e, &o) },
 	}
-	nf.bind(cmd)
-	mf.bind(cmd)
-	rf.bind(cmd, "openai")
+	o.nats.bind(cmd)
+	o.metrics.bind(cmd)
+	o.run.bind(cmd, "openai")
 	f := cmd.Flags()
-	f.StringVar(&datasetPath, "dataset", "", "dataset JSONL or Parquet")
-	f.StringVar(&reposDir, "repos", envOr("A2FARM_REPOS", ""), "repositories named owner__name")
-	f.StringVar(&runID, "run", "", "run id")
-	f.Int64Var(&iteration, "iteration", 0, "rollout-training iteration")
-	f.IntVar(&samples, "samples", 8, "rollouts per instance")
-	f.BoolVar(&detach, "detach", false, "return after publishing instead of waiting for the trajectories")
-	f.BoolVar(&rerun, "rerun", false, "publish a new attempt of every job of a run that exists (by default a finished run publishes nothing, an unfinished one only its missing jobs)")
-	f.DurationVar(&timeout, "timeout", 0, "give up waiting after this long (0: wait until the run is complete; NATS outages are waited out)")
-	f.BoolVar(&strict, "strict", false, "fail on the first bad dataset row")
+	f.StringVar(&o.datasetPath, "dataset", "", "dataset JSONL or Parquet")
+	f.StringVar(&o.reposDir, "repos", envOr("A2FARM_REPOS", ""), "repositories named owner__name")
+	f.StringVar(&o.id, "run", "", "run id")
+	f.Int64Var(&o.iteration, "iteration", 0, "rollout-training iteration")
+	f.IntVar(&o.samples, "samples", 8, "rollouts per instance")
+	f.BoolVar(&o.detach, "detach", false, "return after publishing instead of waiting for the trajectories")
+	f.BoolVar(&o.rerun, "rerun", false, "publish a new attempt of every job of a run that exists (by default a finished run publishes nothing, an unfinished one only its missing jobs)")
+	f.DurationVar(&o.timeout, "timeout", 0, "give up waiting after this long (0: wait until the run is complete; NATS outages are waited out)")
+	f.BoolVar(&o.strict, "strict", false, "fail on the first bad dataset row")
 	return cmd
+}
+
+// runCoordinator extracts the dataset's gold, publishes the run's jobs
+// (only the missing ones of a run that exists) and, unless detached,
+// waits until every job has a trajectory.
+func runCoordinator(ctx context.Context, e *env, o *coordinatorOptions) error {
+	if o.datasetPath == "" || o.reposDir == "" || o.id == "" {
+		return usagef("--dataset, --repos and --run are required")
+	}
+	spec, err := o.run.spec()
+	if err != nil {
+		return err
+	}
+	farm, err := joinFarm(ctx, e, &o.nats, &o.metrics, "coordinator")
+	if err != nil {
+		return err
+	}
+	defer farm.leave()
+	report, err := coordinator.RunGold(ctx, coordinator.GoldConfig{Dataset: o.datasetPath, ReposDir: o.reposDir,
+		Strict: o.strict, Language: e.language, MaxEditFiles: gold.DefaultMaxEditFiles, Log: e.log})
+	if err != nil {
+		return err
+	}
+	progress, finish := e.progress("published")
+	pub, err := coordinator.Publish(ctx, coordinator.RunConfig{Bus: farm.bus, RunID: o.id, Iteration: o.iteration,
+		Instances: report.Instances, Gold: report.Locations(), Samples: o.samples, Spec: spec, Rerun: o.rerun, Progress: progress})
+	finish()
+	if err != nil {
+		return err
+	}
+	printPublished(e, o.id, o.iteration, pub)
+	if pub.Complete || o.detach {
+		return nil
+	}
+	return waitForRun(ctx, e, farm.bus, pub.Manifest, o.timeout)
+}
+
+func printPublished(e *env, runID string, iteration int64, pub *coordinator.Published) {
+	m := pub.Manifest
+	switch {
+	case pub.Complete:
+		fmt.Fprintf(e.stdout, "run %s iteration %d is complete already: all %d jobs have a trajectory; nothing published (--rerun makes new attempts)\n",
+			runID, iteration, m.Expected)
+	case pub.Answered > 0:
+		fmt.Fprintf(e.stdout, "run %s iteration %d: %d of %d jobs have a trajectory; %d published (attempt %d)\n",
+			runID, iteration, pub.Answered, m.Expected, pub.Queued, m.Attempt)
+	default:
+		fmt.Fprintf(e.stdout, "run %s iteration %d: %d jobs published (attempt %d)\n", runID, iteration, pub.Queued, m.Attempt)
+	}
+}
+
+// waitForRun waits until every job of the run has a trajectory, through
+// NATS outages, or until timeout (0: no limit).
+func waitForRun(ctx context.Context, e *env, b *bus.Bus, m *schema.RunManifest, timeout time.Duration) error {
+	// Jobs that exhaust their deliveries are dead-lettered here too; with
+	// a learner running, each advisory goes to one of them.
+	defer b.StartDeadJobHandler(ctx, e.log)()
+	progress, done := e.progress("trajectories")
+	err := coordinator.Wait(waitCtx(ctx, timeout), b, m, progress,
+		func(seq uint64, why string) {
+			e.log.Warn().Uint64("seq", seq).Str("reason", why).Msg("a message in the run's trajectory log counts nowhere")
+		},
+		func(err error) { e.log.Warn().Err(err).Msg("lost the NATS server; waiting for it (the run goes on)") })
+	done()
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+			return fmt.Errorf("run %s not complete after --timeout %s (a2farm status shows where it stands)", m.RunID, timeout)
+		}
+		return err
+	}
+	fmt.Fprintf(e.stdout, "every job of run %s has a trajectory\n", m.RunID)
+	return nil
 }
 
 func newWorkerCmd(e *env) *cobra.Command {
@@ -168,8 +187,7 @@ func newLearnerCmd(e *env) *cobra.Command {
 	var mf metricsFlags
 	var out string
 	var deadline, takeover time.Duration
-	cfg := learner.DefaultConfig()
-	cfg.Rewards.Language = e.language
+	var lf learnFlags
 	cmd := &cobra.Command{
 		Use:   "learner --nats URL --out DIR",
 		Short: "Archive trajectories, close groups and write weighted training shards",
@@ -177,6 +195,10 @@ func newLearnerCmd(e *env) *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if out == "" {
 				return usagef("--out is required")
+			}
+			cfg, err := lf.config()
+			if err != nil {
+				return err
 			}
 			farm, err := joinFarm(cmd.Context(), e, &nf, &mf, "learner")
 			if err != nil {
@@ -198,11 +220,7 @@ func newLearnerCmd(e *env) *cobra.Command {
 	f.StringVar(&out, "out", "", "folder for the archive and shards")
 	f.DurationVar(&deadline, "group-deadline", 30*time.Minute, "close a group still missing trajectories this long after its first")
 	f.DurationVar(&takeover, "takeover-after", 30*time.Second, "a standby learner takes the trajectory log over this long after the active one died (at once when it stops cleanly)")
-	f.IntVar(&cfg.Advantage.H, "H", cfg.Advantage.H, "history length")
-	f.Float64Var(&cfg.Rewards.Gamma, "gamma", cfg.Rewards.Gamma, "discount")
-	f.Float64Var(&cfg.Advantage.Beta, "beta", cfg.Advantage.Beta, "weight temperature")
-	f.Float64Var(&cfg.Rewards.StepCost, "step-cost", cfg.Rewards.StepCost, "cost per step")
-	f.StringVar(&cfg.Rewards.Discovery, "discovery", cfg.Rewards.Discovery, "surfaced or reference")
+	lf.bind(cmd, e)
 	return cmd
 }
 

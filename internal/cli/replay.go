@@ -16,12 +16,17 @@ import (
 	"github.com/a2farm/a2farm/schema"
 )
 
+// replayOptions are replay's flags.
+type replayOptions struct {
+	archive, goldPath, datasetPath, reposDir string
+	out, labelsPath, sweep                   string
+	maxRows                                  int
+	sft                                      bool
+	learn                                    learnFlags
+}
+
 func newReplayCmd(e *env) *cobra.Command {
-	cfg := learner.DefaultConfig()
-	cfg.Rewards.Language = e.language
-	var archive, goldPath, out, labelsPath, sweep, datasetPath, reposDir string
-	var maxRows int
-	var sft bool
+	var o replayOptions
 	cmd := &cobra.Command{
 		Use:   "replay --archive DIR --gold GT.jsonl --out SHARDS",
 		Short: "Recompute rewards, advantages and training shards from archived trajectories",
@@ -32,112 +37,125 @@ shards with a manifest — no new rollouts. Infrastructure failures are left out
 group. --labels writes per-turn and per-trajectory labels as JSON lines; --sweep-H prints
 group coverage and advantage statistics for several history lengths.`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if archive == "" || (goldPath == "") == (datasetPath == "") || (out == "" && labelsPath == "" && sweep == "") {
-				return usagef("--archive, one of --gold or --dataset (with --repos), and one of --out, --labels or --sweep-H are required")
-			}
-			if err := cfg.Rewards.Validate(); err != nil {
-				return &usageError{err}
-			}
-			if err := cfg.Advantage.Validate(); err != nil {
-				return &usageError{err}
-			}
-			trs, err := schema.ReadTrajectoryDir(archive)
-			if err != nil {
-				return err
-			}
-			var golds []schema.Gold
-			if goldPath != "" {
-				golds, err = readFile(goldPath, schema.ReadGold)
-			} else {
-				golds, err = extractGold(cmd.Context(), e, datasetPath, reposDir)
-			}
-			if err != nil {
-				return err
-			}
-			gold := map[string]schema.Locations{}
-			for _, g := range golds {
-				if g.FileChanges != nil {
-					gold[g.InstanceID] = g.Locations()
-				}
-			}
-			if sweep != "" {
-				var hs []int
-				for _, f := range strings.Split(sweep, ",") {
-					h, err := strconv.Atoi(strings.TrimSpace(f))
-					if err != nil || h < 0 {
-						return usagef("--sweep-H %q: want comma-separated non-negative integers", sweep)
-					}
-					hs = append(hs, h)
-				}
-				rows, err := learner.SweepH(trs, gold, cfg, hs)
-				if err != nil {
-					return err
-				}
-				fmt.Fprintln(e.stdout, "H  coverage by depth (k=0 episode, 1..H+1)            advantage mean / std")
-				for _, r := range rows {
-					var cov []string
-					for _, c := range r.Coverage {
-						cov = append(cov, fmt.Sprintf("%.3f", c))
-					}
-					fmt.Fprintf(e.stdout, "%-2d %-48s %+.4f / %.4f\n", r.H, strings.Join(cov, " "), r.Mean, r.Std)
-				}
-			}
-			res, err := learner.Process(trs, gold, cfg)
-			if err != nil {
-				return err
-			}
-			printDiagnostics(e, res.Diagnostics)
-			if labelsPath != "" {
-				if err := atomicfile.Write(labelsPath, func(w io.Writer) error { return learner.WriteLabels(w, res) }); err != nil {
-					return err
-				}
-			}
-			if out == "" {
-				return nil
-			}
-			m, kept, err := learner.WriteShards(res, cfg, learner.ShardConfig{Dir: out, MaxRows: maxRows, SFT: sft,
-				Source: map[string]any{"archive": archive, "gold": goldPath, "dataset": datasetPath, "code_version": version()}})
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(e.stdout, "%d of %d trajectories written to %d shard files (%d rows) in %s\n", kept, len(trs), len(m.Files), m.Rows, out)
-			if m.TokenNote != "" {
-				fmt.Fprintf(e.stdout, "token shards: none — %s\n", m.TokenNote)
-			} else {
-				fmt.Fprintf(e.stdout, "token shards: %d files, %d sequences, %d tokens (%d weighted), merge rate %.3f\n",
-					len(m.TokenFiles), m.Tokens.Sequences, m.Tokens.Tokens, m.Tokens.WeightedTokens, m.Tokens.MergeRate)
-			}
-			return nil
-		},
+		RunE: func(cmd *cobra.Command, _ []string) error { return runReplay(cmd.Context(), e, &o) },
 	}
 	f := cmd.Flags()
-	f.StringVar(&archive, "archive", "", "trajectories folder (*.arrow)")
-	f.StringVar(&goldPath, "gold", "", "gt_location.jsonl")
-	f.StringVar(&datasetPath, "dataset", "", "instead of --gold: extract gold from this dataset's patches (needs --repos)")
-	f.StringVar(&reposDir, "repos", envOr("A2FARM_REPOS", ""), "repositories for --dataset (env A2FARM_REPOS)")
-	f.StringVar(&out, "out", "", "shard folder to write")
-	f.StringVar(&labelsPath, "labels", "", "write per-turn and per-trajectory labels as JSON lines")
-	f.StringVar(&sweep, "sweep-H", "", "comma-separated history lengths to compare, e.g. 0,1,2,3,4")
-	f.IntVar(&maxRows, "shard-rows", 2000, "rows per shard file")
-	f.IntVar(&cfg.Advantage.H, "H", cfg.Advantage.H, "history length (depths 1..H+1)")
-	f.StringVar(&cfg.Advantage.Scheme, "scheme", cfg.Advantage.Scheme, "history keys: state or state_action")
-	f.StringVar(&cfg.Advantage.Norm, "mode", cfg.Advantage.Norm, "group normalisation: mean_norm or mean_std_norm")
-	f.Float64Var(&cfg.Advantage.DepthAlpha, "depth-alpha", cfg.Advantage.DepthAlpha, "depth weight exponent: (k+1)^alpha")
-	f.Float64Var(&cfg.Advantage.Beta, "beta", cfg.Advantage.Beta, "weight = exp(beta * clip(A, -kappa, kappa))")
-	f.Float64Var(&cfg.Advantage.Kappa, "kappa", cfg.Advantage.Kappa, "advantage clip")
-	f.Float64Var(&cfg.Rewards.Gamma, "gamma", cfg.Rewards.Gamma, "discount")
-	f.Float64Var(&cfg.Rewards.StepCost, "step-cost", cfg.Rewards.StepCost, "cost per step")
-	f.Float64Var(&cfg.Rewards.AlphaFile, "alpha-file", cfg.Rewards.AlphaFile, "file-level weight")
-	f.Float64Var(&cfg.Rewards.AlphaModule, "alpha-module", cfg.Rewards.AlphaModule, "module-level weight")
-	f.Float64Var(&cfg.Rewards.AlphaEntity, "alpha-entity", cfg.Rewards.AlphaEntity, "entity-level weight")
-	f.Float64Var(&cfg.Rewards.Commitment, "commitment", cfg.Rewards.Commitment, "discovery-commit weight (lambda)")
-	f.Float64Var(&cfg.Rewards.F1Scale, "f1-scale", cfg.Rewards.F1Scale, "terminal F1 scale")
-	f.StringVar(&cfg.Rewards.Discovery, "discovery", cfg.Rewards.Discovery, "surfaced (what tools returned) or reference (mentions anywhere)")
-	f.BoolVar(&cfg.Rewards.TerminalOnly, "terminal-only", false, "reward only the last step (F1 term)")
-	f.BoolVar(&cfg.KeepUnsuccessful, "keep-unsuccessful", false, "turn off the trainer filter (trajectories that never surfaced a gold file)")
-	f.BoolVar(&sft, "sft", false, "write supervised warm-up shards: per instance the best teacher trajectory matching the gold at every level, weight 1")
+	f.StringVar(&o.archive, "archive", "", "trajectories folder (*.arrow)")
+	f.StringVar(&o.goldPath, "gold", "", "gt_location.jsonl")
+	f.StringVar(&o.datasetPath, "dataset", "", "instead of --gold: extract gold from this dataset's patches (needs --repos)")
+	f.StringVar(&o.reposDir, "repos", envOr("A2FARM_REPOS", ""), "repositories for --dataset (env A2FARM_REPOS)")
+	f.StringVar(&o.out, "out", "", "shard folder to write")
+	f.StringVar(&o.labelsPath, "labels", "", "write per-turn and per-trajectory labels as JSON lines")
+	f.StringVar(&o.sweep, "sweep-H", "", "comma-separated history lengths to compare, e.g. 0,1,2,3,4")
+	f.IntVar(&o.maxRows, "shard-rows", 2000, "rows per shard file")
+	f.BoolVar(&o.sft, "sft", false, "write supervised warm-up shards: per instance the best teacher trajectory matching the gold at every level, weight 1")
+	o.learn.bind(cmd, e)
 	return cmd
+}
+
+// runReplay labels an archive and writes what the flags ask for: the
+// H sweep, labels, shards.
+func runReplay(ctx context.Context, e *env, o *replayOptions) error {
+	if o.archive == "" || (o.goldPath == "") == (o.datasetPath == "") || (o.out == "" && o.labelsPath == "" && o.sweep == "") {
+		return usagef("--archive, one of --gold or --dataset (with --repos), and one of --out, --labels or --sweep-H are required")
+	}
+	cfg, err := o.learn.config()
+	if err != nil {
+		return err
+	}
+	hs, err := parseSweep(o.sweep)
+	if err != nil {
+		return err
+	}
+	trs, err := schema.ReadTrajectoryDir(o.archive)
+	if err != nil {
+		return err
+	}
+	gold, err := replayGold(ctx, e, o)
+	if err != nil {
+		return err
+	}
+	if len(hs) > 0 {
+		rows, err := learner.SweepH(trs, gold, cfg, hs)
+		if err != nil {
+			return err
+		}
+		printSweep(e, rows)
+	}
+	res, err := learner.Process(trs, gold, cfg)
+	if err != nil {
+		return err
+	}
+	printDiagnostics(e, res.Diagnostics)
+	if o.labelsPath != "" {
+		if err := atomicfile.Write(o.labelsPath, func(w io.Writer) error { return learner.WriteLabels(w, res) }); err != nil {
+			return err
+		}
+	}
+	if o.out == "" {
+		return nil
+	}
+	m, kept, err := learner.WriteShards(res, cfg, learner.ShardConfig{Dir: o.out, MaxRows: o.maxRows, SFT: o.sft,
+		Source: map[string]any{"archive": o.archive, "gold": o.goldPath, "dataset": o.datasetPath, "code_version": version()}})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "%d of %d trajectories written to %d shard files (%d rows) in %s\n", kept, len(trs), len(m.Files), m.Rows, o.out)
+	if m.TokenNote != "" {
+		fmt.Fprintf(e.stdout, "token shards: none — %s\n", m.TokenNote)
+	} else {
+		fmt.Fprintf(e.stdout, "token shards: %d files, %d sequences, %d tokens (%d weighted), merge rate %.3f\n",
+			len(m.TokenFiles), m.Tokens.Sequences, m.Tokens.Tokens, m.Tokens.WeightedTokens, m.Tokens.MergeRate)
+	}
+	return nil
+}
+
+// parseSweep reads --sweep-H's comma-separated history lengths.
+func parseSweep(sweep string) ([]int, error) {
+	if sweep == "" {
+		return nil, nil
+	}
+	var hs []int
+	for _, f := range strings.Split(sweep, ",") {
+		h, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || h < 0 {
+			return nil, usagef("--sweep-H %q: want comma-separated non-negative integers", sweep)
+		}
+		hs = append(hs, h)
+	}
+	return hs, nil
+}
+
+func printSweep(e *env, rows []learner.SweepRow) {
+	fmt.Fprintln(e.stdout, "H  coverage by depth (k=0 episode, 1..H+1)            advantage mean / std")
+	for _, r := range rows {
+		var cov []string
+		for _, c := range r.Coverage {
+			cov = append(cov, fmt.Sprintf("%.3f", c))
+		}
+		fmt.Fprintf(e.stdout, "%-2d %-48s %+.4f / %.4f\n", r.H, strings.Join(cov, " "), r.Mean, r.Std)
+	}
+}
+
+// replayGold reads the gold file, or extracts gold from the dataset.
+func replayGold(ctx context.Context, e *env, o *replayOptions) (map[string]schema.Locations, error) {
+	var golds []schema.Gold
+	var err error
+	if o.goldPath != "" {
+		golds, err = readFile(o.goldPath, schema.ReadGold)
+	} else {
+		golds, err = extractGold(ctx, e, o.datasetPath, o.reposDir)
+	}
+	if err != nil {
+		return nil, err
+	}
+	gold := map[string]schema.Locations{}
+	for _, g := range golds {
+		if g.FileChanges != nil {
+			gold[g.InstanceID] = g.Locations()
+		}
+	}
+	return gold, nil
 }
 
 func printDiagnostics(e *env, d learner.Diagnostics) {

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -23,17 +24,23 @@ import (
 	"github.com/a2farm/a2farm/learner/metrics"
 	"github.com/a2farm/a2farm/schema"
 	"github.com/a2farm/a2farm/worker"
+	"github.com/a2farm/a2farm/worker/policy"
+	"github.com/a2farm/a2farm/worker/repoindex"
 )
 
+// upOptions are up's flags.
+type upOptions struct {
+	out, datasetPath, reposDir, runID string
+	samples, workers, concurrency     int
+	run                               runFlags
+	endpoints                         endpointFlags
+	cache                             cacheFlags
+	metrics                           metricsFlags
+	learn                             learnFlags
+}
+
 func newUpCmd(e *env) *cobra.Command {
-	var (
-		out, datasetPath, reposDir, runID string
-		samples, workers, concurrency     int
-		rf                                runFlags
-		ef                                endpointFlags
-		cf                                cacheFlags
-		mf                                metricsFlags
-	)
+	var o upOptions
 	cmd := &cobra.Command{
 		Use:   "up [--dataset FILE --repos DIR] [--samples N] [--workers W] --out DIR",
 		Short: "Run the whole farm in one process: embedded NATS, coordinator, workers and learner",
@@ -43,185 +50,238 @@ issue × N jobs for the dataset (the built-in sample when --dataset is not given
 group its shard, and prints the evaluation table. Shards land in DIR/learner/shards,
 the trajectory archive in DIR/learner/archive.`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx := cmd.Context()
-			if out == "" {
-				return usagef("--out is required")
-			}
-			if samples < 1 || workers < 1 || concurrency < 1 {
-				return usagef("--samples, --workers and --concurrency must be >= 1")
-			}
-			spec, err := rf.spec()
-			if err != nil {
-				return err
-			}
-			policies, err := ef.registry()
-			if err != nil {
-				return err
-			}
-			if err := servable(policies, spec); err != nil {
-				return err
-			}
-			opts, err := cf.options(e.language)
-			if err != nil {
-				return err
-			}
-			if datasetPath == "" {
-				dir := filepath.Join(out, "sample")
-				if err := os.RemoveAll(dir); err != nil {
-					return err
-				}
-				l, err := sample.Write(dir)
-				if err != nil {
-					return err
-				}
-				datasetPath, reposDir = l.Dataset, l.ReposDir
-			} else if reposDir == "" {
-				return usagef("--dataset needs --repos")
-			}
-			if runID == "" {
-				runID = "up-" + time.Now().UTC().Format("20060102-150405")
-			}
-
-			ns, err := embednats.Start(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true,
-				StoreDir: filepath.Join(out, "nats"), NoLog: true})
-			if err != nil {
-				return err
-			}
-			defer embednats.Stop(ns)
-			nc, err := nats.Connect(ns.ClientURL())
-			if err != nil {
-				return err
-			}
-			defer nc.Close()
-			js, err := jetstream.New(nc)
-			if err != nil {
-				return err
-			}
-			b, err := bus.Open(ctx, js, bus.DefaultConfig())
-			if err != nil {
-				return err
-			}
-			instruments, stopMetrics, err := mf.start(ctx, e, nc, b)
-			if err != nil {
-				return err
-			}
-			defer stopMetrics()
-
-			repos := gitrepo.NewSet(reposDir)
-			defer repos.Close()
-			report, err := coordinator.RunGold(ctx, coordinator.GoldConfig{Dataset: datasetPath, ReposDir: reposDir,
-				Language: e.language, MaxEditFiles: gold.DefaultMaxEditFiles, Log: e.log})
-			if err != nil {
-				return err
-			}
-			var golds []schema.Gold
-			for _, r := range report.Rows {
-				golds = append(golds, r.Gold)
-			}
-			pub, err := coordinator.Publish(ctx, coordinator.RunConfig{Bus: b, RunID: runID, Instances: report.Instances,
-				Gold: report.Locations(), Samples: samples, Spec: spec})
-			if err != nil {
-				return err
-			}
-			m := pub.Manifest
-			e.log.Info().Str("run", runID).Int("jobs", pub.Queued).Msg("jobs published")
-
-			farmCtx, stopFarm := context.WithCancel(ctx)
-			defer stopFarm()
-			var wg sync.WaitGroup
-			var mu sync.Mutex
-			closed := 0
-			errs := make(chan error, workers+1)
-			for i := range workers {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					if err := worker.Run(farmCtx, worker.Config{Bus: b, Repos: repos, Policies: policies, Index: opts,
-						Concurrency: concurrency, WorkerID: fmt.Sprintf("up-%d", i), Version: version(), Log: e.log,
-						OnTrajectory: instruments.ObserveTrajectory, OnIndexBuilt: instruments.IndexBuilt}); err != nil {
-						errs <- err
-					}
-				}()
-			}
-			learnerOut := filepath.Join(out, "learner")
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				if err := learner.Serve(farmCtx, learner.ServiceConfig{Bus: b, Out: learnerOut, Learner: learner.DefaultConfig(), Log: e.log,
-					OnGroupClosed: func(_ string, _ int64, _ string, _, rows int) {
-						instruments.GroupClosed(rows)
-						mu.Lock()
-						closed++
-						mu.Unlock()
-					}}); err != nil {
-					errs <- err
-				}
-			}()
-
-			report2, finish := e.progress("rollouts")
-			groups := len(report.Instances)
-			tracker, err := b.TrackRun(ctx, m, true)
-			if err != nil {
-				return err
-			}
-			for {
-				n, err := tracker.Update(ctx)
-				if err != nil {
-					return err
-				}
-				report2(min(n, m.Expected), m.Expected)
-				mu.Lock()
-				done := n >= m.Expected && closed >= groups
-				mu.Unlock()
-				if done {
-					break
-				}
-				select {
-				case err := <-errs:
-					return err
-				case <-ctx.Done():
-					return ctx.Err()
-				case <-time.After(200 * time.Millisecond):
-				}
-			}
-			finish()
-			stopFarm()
-			wg.Wait()
-
-			trs, err := schema.ReadTrajectoryDir(filepath.Join(learnerOut, "archive", bus.Token(runID), "0", "*"))
-			if err != nil {
-				return err
-			}
-			var preds []schema.LocOutput
-			for _, tr := range trs {
-				preds = append(preds, schema.LocOutput{InstanceID: tr.InstanceID, Sample: tr.Sample,
-					Files: tr.Predictions.Files, Modules: tr.Predictions.Modules, Entities: tr.Predictions.Entities})
-			}
-			rep, err := metrics.Evaluate(preds, golds, metrics.EvalOptions{Language: e.language})
-			if err != nil {
-				return err
-			}
-			for k, v := range metrics.TrajectoryStats(trs, golds, e.language) {
-				rep.Overall[k] = v
-			}
-			printReport(e, rep)
-			fmt.Fprintf(e.stdout, "\nrun %s: %d trajectories archived in %s, shards in %s\n", runID, len(trs),
-				filepath.Join(learnerOut, "archive"), filepath.Join(learnerOut, "shards"))
-			return nil
-		},
+		RunE: func(cmd *cobra.Command, _ []string) error { return runUp(cmd.Context(), e, &o) },
 	}
 	f := cmd.Flags()
-	f.StringVar(&out, "out", "", "folder for the run (NATS store, archive, shards)")
-	f.StringVar(&datasetPath, "dataset", "", "dataset (default: the built-in sample)")
-	f.StringVar(&reposDir, "repos", envOr("A2FARM_REPOS", ""), "repositories for --dataset")
-	f.StringVar(&runID, "run", "", "run id (default up-<time>)")
-	f.IntVar(&samples, "samples", 4, "rollouts per instance")
-	f.IntVar(&workers, "workers", 2, "workers in this process")
-	f.IntVar(&concurrency, "concurrency", 8, "episodes in flight per worker")
-	rf.bind(cmd, "heuristic")
-	ef.bind(cmd)
-	mf.bind(cmd)
-	cf.bind(cmd)
+	f.StringVar(&o.out, "out", "", "folder for the run (NATS store, archive, shards)")
+	f.StringVar(&o.datasetPath, "dataset", "", "dataset (default: the built-in sample)")
+	f.StringVar(&o.reposDir, "repos", envOr("A2FARM_REPOS", ""), "repositories for --dataset")
+	f.StringVar(&o.runID, "run", "", "run id (default up-<time>)")
+	f.IntVar(&o.samples, "samples", 4, "rollouts per instance")
+	f.IntVar(&o.workers, "workers", 2, "workers in this process")
+	f.IntVar(&o.concurrency, "concurrency", 8, "episodes in flight per worker")
+	o.run.bind(cmd, "heuristic")
+	o.endpoints.bind(cmd)
+	o.metrics.bind(cmd)
+	o.cache.bind(cmd)
+	o.learn.bind(cmd, e)
 	return cmd
+}
+
+// upPlan is what up checked and decided before starting anything.
+type upPlan struct {
+	spec     schema.RunSpec
+	policies *policy.Registry
+	index    repoindex.BuildOptions
+	learn    learner.Config
+}
+
+func (o *upOptions) plan(e *env) (*upPlan, error) {
+	if o.out == "" {
+		return nil, usagef("--out is required")
+	}
+	if o.samples < 1 || o.workers < 1 || o.concurrency < 1 {
+		return nil, usagef("--samples, --workers and --concurrency must be >= 1")
+	}
+	if o.datasetPath != "" && o.reposDir == "" {
+		return nil, usagef("--dataset needs --repos")
+	}
+	var p upPlan
+	var err error
+	if p.spec, err = o.run.spec(); err != nil {
+		return nil, err
+	}
+	if p.policies, err = o.endpoints.registry(); err != nil {
+		return nil, err
+	}
+	if err := servable(p.policies, p.spec); err != nil {
+		return nil, err
+	}
+	if p.index, err = o.cache.options(e.language); err != nil {
+		return nil, err
+	}
+	if p.learn, err = o.learn.config(); err != nil {
+		return nil, err
+	}
+	if o.runID == "" {
+		o.runID = "up-" + time.Now().UTC().Format("20060102-150405")
+	}
+	return &p, nil
+}
+
+// runUp runs a whole farm in this process: an embedded NATS server, the
+// coordinator's publish, workers and the learner, until every job has a
+// trajectory and every group its shard; then it scores the run.
+func runUp(ctx context.Context, e *env, o *upOptions) error {
+	p, err := o.plan(e)
+	if err != nil {
+		return err
+	}
+	if o.datasetPath == "" {
+		if o.datasetPath, o.reposDir, err = writeSample(filepath.Join(o.out, "sample")); err != nil {
+			return err
+		}
+	}
+	ns, err := embednats.Start(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true,
+		StoreDir: filepath.Join(o.out, "nats"), NoLog: true})
+	if err != nil {
+		return err
+	}
+	defer embednats.Stop(ns)
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	b, err := bus.Open(ctx, js, bus.DefaultConfig())
+	if err != nil {
+		return err
+	}
+	instruments, stopMetrics, err := o.metrics.start(ctx, e, nc, b)
+	if err != nil {
+		return err
+	}
+	defer stopMetrics()
+
+	report, err := coordinator.RunGold(ctx, coordinator.GoldConfig{Dataset: o.datasetPath, ReposDir: o.reposDir,
+		Language: e.language, MaxEditFiles: gold.DefaultMaxEditFiles, Log: e.log})
+	if err != nil {
+		return err
+	}
+	pub, err := coordinator.Publish(ctx, coordinator.RunConfig{Bus: b, RunID: o.runID, Instances: report.Instances,
+		Gold: report.Locations(), Samples: o.samples, Spec: p.spec})
+	if err != nil {
+		return err
+	}
+	e.log.Info().Str("run", o.runID).Int("jobs", pub.Queued).Msg("jobs published")
+
+	repos := gitrepo.NewSet(o.reposDir)
+	defer repos.Close()
+	learnerOut := filepath.Join(o.out, "learner")
+	roles := startRoles(ctx, o.workers, func(ctx context.Context, i int) error {
+		return worker.Run(ctx, worker.Config{Bus: b, Repos: repos, Policies: p.policies, Index: p.index,
+			Concurrency: o.concurrency, WorkerID: fmt.Sprintf("up-%d", i), Version: version(), Log: e.log,
+			OnTrajectory: instruments.ObserveTrajectory, OnIndexBuilt: instruments.IndexBuilt})
+	}, func(ctx context.Context, closed func()) error {
+		return learner.Serve(ctx, learner.ServiceConfig{Bus: b, Out: learnerOut, Learner: p.learn, Log: e.log,
+			OnGroupClosed: func(_ string, _ int64, _ string, _, rows int) {
+				instruments.GroupClosed(rows)
+				closed()
+			}})
+	})
+	defer roles.stop()
+	if err := waitUp(ctx, e, b, pub.Manifest, len(report.Instances), roles); err != nil {
+		return err
+	}
+	roles.stop()
+	return scoreUp(e, o.runID, learnerOut, report)
+}
+
+// writeSample writes the built-in sample (dataset and repositories) into
+// dir, afresh.
+func writeSample(dir string) (datasetPath, reposDir string, err error) {
+	if err := os.RemoveAll(dir); err != nil {
+		return "", "", err
+	}
+	l, err := sample.Write(dir)
+	if err != nil {
+		return "", "", err
+	}
+	return l.Dataset, l.ReposDir, nil
+}
+
+// upRoles are the workers and the learner that up runs in goroutines.
+type upRoles struct {
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	errs   chan error
+	closed atomic.Int64 // groups the learner has sharded
+	once   sync.Once
+}
+
+func startRoles(ctx context.Context, workers int, work func(context.Context, int) error, learn func(context.Context, func()) error) *upRoles {
+	ctx, cancel := context.WithCancel(ctx)
+	r := &upRoles{cancel: cancel, errs: make(chan error, workers+1)}
+	run := func(f func() error) {
+		r.wg.Add(1)
+		go func() {
+			defer r.wg.Done()
+			if err := f(); err != nil {
+				r.errs <- err
+			}
+		}()
+	}
+	for i := range workers {
+		run(func() error { return work(ctx, i) })
+	}
+	run(func() error { return learn(ctx, func() { r.closed.Add(1) }) })
+	return r
+}
+
+// stop cancels the roles and waits for them (two-phase stop inside each).
+func (r *upRoles) stop() {
+	r.once.Do(func() {
+		r.cancel()
+		r.wg.Wait()
+	})
+}
+
+// waitUp shows progress until every expected job has a trajectory and
+// every group a shard, or a role fails.
+func waitUp(ctx context.Context, e *env, b *bus.Bus, m *schema.RunManifest, groups int, roles *upRoles) error {
+	report, finish := e.progress("rollouts")
+	defer finish()
+	tracker, err := b.TrackRun(ctx, m, true)
+	if err != nil {
+		return err
+	}
+	for {
+		n, err := tracker.Update(ctx)
+		if err != nil {
+			return err
+		}
+		report(min(n, m.Expected), m.Expected)
+		if n >= m.Expected && roles.closed.Load() >= int64(groups) {
+			return nil
+		}
+		select {
+		case err := <-roles.errs:
+			return err
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// scoreUp evaluates the archived run against its gold and prints the table.
+func scoreUp(e *env, runID, learnerOut string, report *coordinator.GoldReport) error {
+	trs, err := schema.ReadTrajectoryDir(filepath.Join(learnerOut, "archive", bus.Token(runID), "0", "*"))
+	if err != nil {
+		return err
+	}
+	golds := make([]schema.Gold, len(report.Rows))
+	for i, r := range report.Rows {
+		golds[i] = r.Gold
+	}
+	var preds []schema.LocOutput
+	for _, tr := range trs {
+		preds = append(preds, schema.LocOutput{InstanceID: tr.InstanceID, Sample: tr.Sample,
+			Files: tr.Predictions.Files, Modules: tr.Predictions.Modules, Entities: tr.Predictions.Entities})
+	}
+	rep, err := metrics.Evaluate(preds, golds, metrics.EvalOptions{Language: e.language})
+	if err != nil {
+		return err
+	}
+	for k, v := range metrics.TrajectoryStats(trs, golds, e.language) {
+		rep.Overall[k] = v
+	}
+	printReport(e, rep)
+	fmt.Fprintf(e.stdout, "\nrun %s: %d trajectories archived in %s, shards in %s\n", runID, len(trs),
+		filepath.Join(learnerOut, "archive"), filepath.Join(learnerOut, "shards"))
+	return nil
 }
