@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/a2farm/a2farm/internal/checkfor"
 	"io"
 	"os"
 	"path/filepath"
@@ -209,11 +210,12 @@ func TestServeResumesAfterARestart(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for deadline := time.Now().Add(10 * time.Second); archivedFiles(t, out) < 2; time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the first two trajectories were not archived")
+	checkfor.Within(t, 10*time.Second, 20*time.Millisecond, func() error {
+		if n := archivedFiles(t, out); n < 2 {
+			return fmt.Errorf("%d of the first two trajectories archived", n)
 		}
-	}
+		return nil
+	})
 	stop()
 
 	stop = serveUntil(t, b, out, closed)
@@ -361,16 +363,14 @@ func TestServeQuarantinesForeignMessages(t *testing.T) {
 	stop := serveUntil(t, b, t.TempDir(), closed)
 	defer stop()
 	waitClosed(t, closed, 1)
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	checkfor.Within(t, 5*time.Second, 20*time.Millisecond, func() error {
 		n, err := b.Quarantined(ctx)
 		info, ierr := b.Traj.Info(ctx)
-		if err == nil && ierr == nil && n == 2 && info.State.Msgs == 1 {
-			break
+		if err != nil || ierr != nil || n != 2 || info.State.Msgs != 1 {
+			return fmt.Errorf("%d quarantined (%v), %d left in the log (%v); want 2 and 1", n, err, info.State.Msgs, ierr)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d quarantined (%v), %d left in the log (%v); want 2 and 1", n, err, info.State.Msgs, ierr)
-		}
-	}
+		return nil
+	})
 }
 
 // TestServeRetriesAFailedShard: a group whose shard cannot be written
@@ -406,15 +406,13 @@ func TestServeRetriesAFailedShard(t *testing.T) {
 	defer func() { cancel(); <-done }()
 	failing := func(want string) {
 		t.Helper()
-		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		checkfor.Within(t, 10*time.Second, 50*time.Millisecond, func() error {
 			r, err := b.GetLearnerReport(ctx)
-			if err == nil && r != nil && len(r.Failing) == 1 && strings.Contains(r.Failing[0].Error, want) {
-				return
+			if err != nil || r == nil || len(r.Failing) != 1 || !strings.Contains(r.Failing[0].Error, want) {
+				return fmt.Errorf("the learner does not report the failing shard (%q): %+v, %v", want, r, err)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("the learner does not report the failing shard (%q): %+v, %v", want, r, err)
-			}
-		}
+			return nil
+		})
 	}
 	failing("no gold for the group") // no manifest yet
 	if err := b.PutRun(ctx, &schema.RunManifest{RunID: "r", Samples: 1, Instances: []string{"i1"}, Expected: 1,
@@ -430,15 +428,13 @@ func TestServeRetriesAFailedShard(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(blocker, "manifest.json")); err != nil {
 		t.Errorf("no shard after the retry: %v", err)
 	}
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+	checkfor.Within(t, 10*time.Second, 50*time.Millisecond, func() error {
 		r, _ := b.GetLearnerReport(ctx)
-		if r != nil && len(r.Failing) == 0 && r.Runs[bus.RunShardsKey("r", 0)].Sharded == 1 {
-			break
+		if r == nil || len(r.Failing) != 0 || r.Runs[bus.RunShardsKey("r", 0)].Sharded != 1 {
+			return fmt.Errorf("the report still shows a failure: %+v", r)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the report still shows a failure: %+v", r)
-		}
-	}
+		return nil
+	})
 }
 
 // storeGold stores each instance's gold for run "r", as a coordinator does.

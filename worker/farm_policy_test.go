@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/a2farm/a2farm/internal/checkfor"
 	"github.com/a2farm/a2farm/internal/pyparse"
 	"github.com/a2farm/a2farm/worker/repoindex"
 	"path/filepath"
@@ -92,13 +93,10 @@ func (f *policyFarm) startWorker(id string, cfg policy.RegistryConfig) (stop fun
 		}
 	}()
 	// Wait for its heartbeat, which tells other workers what it offers.
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		if _, err := f.b.Workers.Get(f.ctx, id); err == nil {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	checkfor.Within(f.t, 10*time.Second, 20*time.Millisecond, func() error {
+		_, err := f.b.Workers.Get(f.ctx, id)
+		return err
+	})
 	return func() { cancel(); wg.Wait() }
 }
 
@@ -254,12 +252,13 @@ func TestAJobIsNeverPlayedByAnotherPolicy(t *testing.T) {
 		}
 		// A dead letter is stored right after its job's trajectory.
 		var dead []bus.DeadLetter
-		for deadline := time.Now().Add(5 * time.Second); len(dead) < 4 && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		checkfor.Within(t, 5*time.Second, 20*time.Millisecond, func() error {
 			dead, _ = f.b.DeadLetters(f.ctx, runID)
-		}
-		if len(dead) != 4 {
-			t.Fatalf("%d dead letters, want 4", len(dead))
-		}
+			if len(dead) != 4 {
+				return fmt.Errorf("%d dead letters, want 4", len(dead))
+			}
+			return nil
+		})
 		for _, dl := range dead {
 			if !strings.Contains(dl.Reason, "serves-a cannot serve") {
 				t.Errorf("dead letter of %s: reason %q", dl.Job.JobID, dl.Reason)

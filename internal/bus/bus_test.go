@@ -2,6 +2,8 @@ package bus
 
 import (
 	"context"
+	"fmt"
+	"github.com/a2farm/a2farm/internal/checkfor"
 	"math/rand/v2"
 	"reflect"
 	"strings"
@@ -28,17 +30,16 @@ func open(t *testing.T, cfg Config) (*Bus, jetstream.JetStream) {
 // the server updates the count a moment after acknowledging a publish.
 func waitPending(t *testing.T, b *Bus, want uint64) {
 	t.Helper()
-	var got uint64
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+	checkfor.Within(t, 5*time.Second, 10*time.Millisecond, func() error {
 		q, err := b.Queue(context.Background())
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got = q.Pending; got == want {
-			return
+		if q.Pending != want {
+			return fmt.Errorf("pending jobs = %d; want %d", q.Pending, want)
 		}
-	}
-	t.Fatalf("pending jobs = %d; want %d", got, want)
+		return nil
+	})
 }
 
 func TestOpenIsIdempotentAndApplySettings(t *testing.T) {

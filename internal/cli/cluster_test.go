@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"github.com/a2farm/a2farm/internal/checkfor"
 	"github.com/a2farm/a2farm/internal/pyparse"
 	"github.com/a2farm/a2farm/worker/repoindex"
 	"path/filepath"
@@ -57,13 +58,10 @@ func testClusterLosesANode(t *testing.T, leader bool) {
 	cfg := bus.DefaultConfig()
 	cfg.Replicas, cfg.AckWait = 3, 3*time.Second
 	var b *bus.Bus
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) { // until JetStream has a meta leader
-		if b, err = bus.Open(ctx, js, cfg); err == nil {
-			break
-		} else if time.Now().After(deadline) {
-			t.Fatal(err)
-		}
-	}
+	checkfor.Within(t, 30*time.Second, 200*time.Millisecond, func() (err error) { // until JetStream has a meta leader
+		b, err = bus.Open(ctx, js, cfg)
+		return err
+	})
 	l, err := sample.Write(filepath.Join(t.TempDir(), "sample"))
 	if err != nil {
 		t.Fatal(err)
@@ -100,7 +98,14 @@ func testClusterLosesANode(t *testing.T, leader bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(700 * time.Millisecond) // mid-run: 96 episodes of three 30 ms policy calls, 16 in flight
+	// Mid-run: some episodes finished, most not (96 episodes of three 30 ms
+	// policy calls, 16 in flight).
+	checkfor.Within(t, 30*time.Second, 10*time.Millisecond, func() error {
+		if _, finished := srv.Episodes(); finished < 8 {
+			return fmt.Errorf("%d episodes finished", finished)
+		}
+		return nil
+	})
 	victim := 1
 	if leader {
 		if victim = c.StreamLeader(bus.JobsStream); victim < 0 {
@@ -118,17 +123,14 @@ func testClusterLosesANode(t *testing.T, leader bool) {
 		t.Fatalf("the run did not complete after node %d was stopped: %v", victim, err)
 	}
 	answered := time.Since(killed)
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+	checkfor.Within(t, 60*time.Second, 100*time.Millisecond, func() error {
 		mu.Lock()
-		n := len(closed)
-		mu.Unlock()
-		if n == len(l.Instances) {
-			break
+		defer mu.Unlock()
+		if len(closed) != len(l.Instances) {
+			return fmt.Errorf("%d of %d groups sharded", len(closed), len(l.Instances))
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d groups sharded", n, len(l.Instances))
-		}
-	}
+		return nil
+	})
 	trs, err := schema.ReadTrajectoryDir(filepath.Join(out, "archive", "cl", "0", "*"))
 	if err != nil {
 		t.Fatal(err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/a2farm/a2farm/internal/checkfor"
 	"strings"
 	"testing"
 	"time"
@@ -84,13 +85,12 @@ func TestStatusAndJobsRetry(t *testing.T) {
 		t.Fatalf("jobs retry exit %d: %s %s", code, out, errOut)
 	}
 	// The server counts the requeued job a moment after accepting it.
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if st = status(); st.Runs[0].Dead == 0 && st.Pending == 1 {
-			break
-		} else if time.Now().After(deadline) {
-			t.Fatalf("status after retry = %+v", st)
+	checkfor.Within(t, 5*time.Second, 20*time.Millisecond, func() error {
+		if st = status(); st.Runs[0].Dead != 0 || st.Pending != 1 {
+			return fmt.Errorf("status after retry = %+v", st)
 		}
-	}
+		return nil
+	})
 	batch, err := b.Consumer.Fetch(1, jetstream.FetchMaxWait(2*time.Second))
 	if err != nil {
 		t.Fatal(err)

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -9,10 +8,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/a2farm/a2farm/internal/checkfor"
 	"github.com/a2farm/a2farm/internal/natstest"
 	"github.com/a2farm/a2farm/internal/policytest"
 	"github.com/a2farm/a2farm/schema"
@@ -31,21 +32,55 @@ func buildBinary(t *testing.T) string {
 
 func freePort(t *testing.T) int { return natstest.FreePort(t) }
 
+// output collects a process's output; the process writes it from exec's
+// copying goroutine while the test reads it.
+type output struct {
+	mu  sync.Mutex
+	buf strings.Builder
+}
+
+func (o *output) Write(p []byte) (int, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.buf.Write(p)
+}
+
+func (o *output) String() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.buf.String()
+}
+
 type proc struct {
 	cmd *exec.Cmd
-	out *strings.Builder
+	out *output
+}
+
+// waitFor waits until the process has printed text, failing the test if
+// it exits first or takes longer than a few seconds.
+func (p *proc) waitFor(t *testing.T, text string) {
+	t.Helper()
+	checkfor.Within(t, 10*time.Second, 20*time.Millisecond, func() error {
+		if strings.Contains(p.out.String(), text) {
+			return nil
+		}
+		if p.cmd.ProcessState != nil {
+			t.Fatalf("%s exited before printing %q:\n%s", p.cmd.Args[1], text, p.out.String())
+		}
+		return fmt.Errorf("%s has not printed %q yet:\n%s", p.cmd.Args[1], text, p.out.String())
+	})
 }
 
 func start(t *testing.T, bin string, env []string, args ...string) *proc {
 	t.Helper()
 	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), env...)
-	var out strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &out
+	out := &output{}
+	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	p := &proc{cmd, &out}
+	p := &proc{cmd, out}
 	t.Cleanup(func() {
 		if cmd.ProcessState == nil {
 			cmd.Process.Signal(syscall.SIGTERM)
@@ -85,8 +120,8 @@ func TestMultiProcessFarmSurvivesAKilledWorker(t *testing.T) {
 		t.Errorf("nats with a password and no user: %v\n%s", err, out)
 	}
 	// The nats command owns the topology: its settings are the farm's.
-	start(t, bin, auth, "nats", "--port", fmt.Sprint(port), "--store", filepath.Join(dir, "nats"), "--ack-wait", "3s")
-	time.Sleep(500 * time.Millisecond)
+	start(t, bin, auth, "nats", "--port", fmt.Sprint(port), "--store", filepath.Join(dir, "nats"), "--ack-wait", "3s").
+		waitFor(t, "nats listening on")
 	common := []string{"--nats", url, "--nats-user", "farm", "--ack-wait", "3s"}
 
 	bad := exec.Command(bin, append([]string{"coordinator", "--dataset", "x", "--repos", dir, "--run", "r", "--model", "m"}, common...)...)
@@ -102,11 +137,16 @@ func TestMultiProcessFarmSurvivesAKilledWorker(t *testing.T) {
 		t.Errorf("a worker with another --max-deliver: %v\n%s", err, out)
 	}
 
-	policy := policytest.Scripted(t, 150*time.Millisecond)
-	workerArgs := append([]string{"worker", "--repos", filepath.Join(dir, "sample", "repos"), "--base-url", policy.URL + "/v1", "--concurrency", "4", "--grace", "1s"}, common...)
-	w1 := start(t, bin, auth, append(workerArgs, "--id", "w1")...)
+	// Each worker has its own policy server, so the test can see what
+	// w1 holds when it is killed.
+	policy1, policy2 := policytest.Scripted(t, 150*time.Millisecond), policytest.Scripted(t, 150*time.Millisecond)
+	workerArgs := func(policy *policytest.ScriptedServer) []string {
+		return append([]string{"worker", "--repos", filepath.Join(dir, "sample", "repos"), "--base-url", policy.URL + "/v1",
+			"--concurrency", "4", "--grace", "1s"}, common...)
+	}
+	w1 := start(t, bin, auth, append(workerArgs(policy1), "--id", "w1")...)
 	workerMetrics := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	start(t, bin, auth, append(workerArgs, "--id", "w2", "--metrics-addr", workerMetrics)...)
+	start(t, bin, auth, append(workerArgs(policy2), "--id", "w2", "--metrics-addr", workerMetrics)...)
 	learnerOut := filepath.Join(dir, "learner")
 	learnerMetrics := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	start(t, bin, auth, append([]string{"learner", "--out", learnerOut, "--metrics-addr", learnerMetrics}, common...)...)
@@ -121,13 +161,24 @@ func TestMultiProcessFarmSurvivesAKilledWorker(t *testing.T) {
 	if err := coord.Start(); err != nil {
 		t.Fatal(err)
 	}
-	// Kill w1 once it is busy (it logs nothing per job; give it time to
-	// take jobs: each episode takes three policy calls of 150 ms).
-	time.Sleep(600 * time.Millisecond)
+	// Kill w1 while it is in the middle of episodes: it has begun some
+	// that it has not finished (each takes three policy calls of 150 ms).
+	checkfor.Within(t, 30*time.Second, 10*time.Millisecond, func() error {
+		if begun, finished := policy1.Episodes(); begun-finished < 2 {
+			return fmt.Errorf("w1 has begun %d episodes and finished %d", begun, finished)
+		}
+		return nil
+	})
 	if err := w1.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	w1.cmd.Wait()
+	// Counted once w1 is dead: the episodes it held when it was killed.
+	begun, finished := policy1.Episodes()
+	if begun-finished < 1 {
+		t.Fatalf("w1 held no episode when it was killed (begun %d, finished %d)", begun, finished)
+	}
+	t.Logf("w1 was killed holding %d episodes (%d begun, %d finished)", begun-finished, begun, finished)
 
 	done := make(chan error, 1)
 	go func() { done <- coord.Wait() }()
@@ -142,14 +193,12 @@ func TestMultiProcessFarmSurvivesAKilledWorker(t *testing.T) {
 	}
 
 	// The learner archives every job exactly once.
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	for ctx.Err() == nil {
-		if files, _ := filepath.Glob(filepath.Join(learnerOut, "archive", "mp", "0", "*", "*.arrow")); len(files) == 24 {
-			break
+	checkfor.Within(t, 30*time.Second, 100*time.Millisecond, func() error {
+		if files, _ := filepath.Glob(filepath.Join(learnerOut, "archive", "mp", "0", "*", "*.arrow")); len(files) != 24 {
+			return fmt.Errorf("%d trajectories archived, want 24", len(files))
 		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return nil
+	})
 	trs, err := schema.ReadTrajectoryDir(filepath.Join(learnerOut, "archive", "mp", "0", "*"))
 	if err != nil {
 		t.Fatal(err)
@@ -188,22 +237,44 @@ func TestMultiProcessFarmSurvivesAKilledWorker(t *testing.T) {
 		return string(body)
 	}
 	scrape(workerMetrics, "/healthz")
-	// (w2 may also have answered a job w1 had answered just before it was
-	// killed: that trajectory is deduplicated, but w2 counted its episode.)
-	if m := scrape(workerMetrics, "/metrics"); !strings.Contains(m, `a2farm_episodes_total{status="ok"}`) ||
-		!strings.Contains(m, "a2farm_queue_pending 0") || !strings.Contains(m, `a2farm_index_build_seconds_count{outcome="ok"} 1`) {
-		t.Errorf("worker metrics lack its episodes, the empty queue or its one index build:\n%s", grepLines(m, "a2farm_"))
-	}
-	var m string
-	for range 50 { // groups close just after their last trajectory is archived
-		if m = scrape(learnerMetrics, "/metrics"); strings.Contains(m, "a2farm_groups_closed_total 6") {
-			break
+	// w2 played every episode w1 did not finish. (It may also have played
+	// one whose trajectory w1 published just before the kill: that
+	// trajectory is deduplicated, but w2 counted its episode.)
+	var byW2 int64
+	checkfor.Within(t, 10*time.Second, 100*time.Millisecond, func() error {
+		_, byW2 = policy2.Episodes()
+		m := scrape(workerMetrics, "/metrics")
+		for _, want := range []string{
+			fmt.Sprintf(`a2farm_episodes_total{status="ok"} %d`, byW2),
+			"a2farm_queue_pending 0",
+			`a2farm_index_build_seconds_count{outcome="ok"} 1`,
+		} {
+			if !hasLine(m, want) {
+				return fmt.Errorf("worker metrics lack the line %q:\n%s", want, grepLines(m, "a2farm_"))
+			}
 		}
-		time.Sleep(200 * time.Millisecond)
+		return nil
+	})
+	if byW2+finished < 24 {
+		t.Errorf("w1 finished %d episodes and w2 %d: fewer than the 24 jobs", finished, byW2)
 	}
-	if !strings.Contains(m, "a2farm_groups_closed_total 6") {
-		t.Errorf("learner metrics lack the 6 closed groups:\n%s", grepLines(m, "a2farm_"))
+	// Groups close just after their last trajectory is archived.
+	checkfor.Within(t, 10*time.Second, 100*time.Millisecond, func() error {
+		if m := scrape(learnerMetrics, "/metrics"); !hasLine(m, "a2farm_groups_closed_total 6") {
+			return fmt.Errorf("learner metrics lack the line a2farm_groups_closed_total 6:\n%s", grepLines(m, "a2farm_"))
+		}
+		return nil
+	})
+}
+
+// hasLine reports whether text has exactly this line.
+func hasLine(text, line string) bool {
+	for l := range strings.Lines(text) {
+		if strings.TrimRight(l, "\n") == line {
+			return true
+		}
 	}
+	return false
 }
 
 // grepLines keeps the lines of s that contain sub.
@@ -235,7 +306,7 @@ func TestMultiProcessFarmSurvivesANATSRestart(t *testing.T) {
 	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
 	natsArgs := []string{"nats", "--port", fmt.Sprint(port), "--store", filepath.Join(dir, "nats"), "--ack-wait", "3s"}
 	server := start(t, bin, nil, natsArgs...)
-	time.Sleep(500 * time.Millisecond)
+	server.waitFor(t, "nats listening on")
 	common := []string{"--nats", url}
 	policy := policytest.Scripted(t, 100*time.Millisecond)
 	start(t, bin, nil, append([]string{"worker", "--repos", filepath.Join(dir, "sample", "repos"), "--base-url", policy.URL + "/v1",

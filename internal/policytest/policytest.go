@@ -11,18 +11,34 @@ import (
 	"net/http/httptest"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/a2farm/a2farm/schema"
 )
 
+// ScriptedServer is a Scripted policy server; it counts the episodes it
+// has begun and finished, so that a test can tell whether a worker holds
+// episodes at a given moment.
+type ScriptedServer struct {
+	*httptest.Server
+	begun, finished atomic.Int64
+}
+
+// Episodes reports how many episodes the server has begun (first calls
+// received) and finished (finish replies sent).
+func (s *ScriptedServer) Episodes() (begun, finished int64) {
+	return s.begun.Load(), s.finished.Load()
+}
+
 // Scripted answers every chat completion after delay with the same short
 // episode on the built-in sample: two code searches for "Warehouse", then
 // finish naming inventory/models.py. The turn is read from the number of
 // assistant messages in the request. The server closes with the test.
-func Scripted(tb testing.TB, delay time.Duration) *httptest.Server {
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+func Scripted(tb testing.TB, delay time.Duration) *ScriptedServer {
+	s := &ScriptedServer{}
+	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		time.Sleep(delay)
 		var req struct {
 			Messages []struct {
@@ -41,13 +57,17 @@ func Scripted(tb testing.TB, delay time.Duration) *httptest.Server {
 			}
 		}
 		call := `{"name":"search_code_snippets","arguments":"{\"search_terms\":[\"Warehouse\"]}"}`
+		if turn == 0 {
+			s.begun.Add(1)
+		}
 		if turn >= 2 {
 			call = `{"name":"finish","arguments":"{\"answer\":\"` + "```\\\\ninventory/models.py\\\\n```" + `\"}"}`
+			defer s.finished.Add(1)
 		}
 		fmt.Fprintf(w, `{"choices":[{"message":{"role":"assistant","content":"","tool_calls":[{"id":"c%d","type":"function","function":%s}]}}]}`, turn, call)
 	}))
-	tb.Cleanup(srv.Close)
-	return srv
+	tb.Cleanup(s.Close)
+	return s
 }
 
 // Request is what a Recorder's script sees of one chat completion.

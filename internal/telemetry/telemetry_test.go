@@ -3,6 +3,8 @@ package telemetry
 import (
 	"context"
 	"errors"
+	"fmt"
+	"github.com/a2farm/a2farm/internal/checkfor"
 	"io"
 	"net"
 	"net/http"
@@ -44,13 +46,12 @@ func TestMetricsAndHealth(t *testing.T) {
 	}
 	// The consumer counts a stored message a moment after the publish is
 	// acknowledged; wait for it so that the scrape below sees both jobs.
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if pending, _, err := b.QueueDepth(ctx); err == nil && pending == 2 {
-			break
-		} else if time.Now().After(deadline) {
-			t.Fatalf("the queue never showed the 2 jobs (pending %d, %v)", pending, err)
+	checkfor.Within(t, 5*time.Second, 10*time.Millisecond, func() error {
+		if pending, _, err := b.QueueDepth(ctx); err != nil || pending != 2 {
+			return fmt.Errorf("the queue does not show the 2 jobs (pending %d, %v)", pending, err)
 		}
-	}
+		return nil
+	})
 	// Two trajectories wait for a learner that has created its consumer.
 	if _, err := b.Traj.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: bus.LearnerConsumer,
 		AckPolicy: jetstream.AckExplicitPolicy}); err != nil {
@@ -61,13 +62,12 @@ func TestMetricsAndHealth(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if st, err := b.Learner(ctx); err == nil && st.Backlog == 2 {
-			break
-		} else if time.Now().After(deadline) {
-			t.Fatalf("the learner's backlog never showed the 2 trajectories (%+v, %v)", st, err)
+	checkfor.Within(t, 5*time.Second, 10*time.Millisecond, func() error {
+		if st, err := b.Learner(ctx); err != nil || st.Backlog != 2 {
+			return fmt.Errorf("the learner's backlog does not show the 2 trajectories (%+v, %v)", st, err)
 		}
-	}
+		return nil
+	})
 	m := New()
 	m.WatchQueue(b.QueueDepth)
 	m.WatchLearner(b.LearnerBacklog)
