@@ -52,9 +52,11 @@ type RunStatus struct {
 	ETA       time.Duration `json:"eta_ns,omitempty"`
 }
 
-// Status reads the farm's state from the bus; runID narrows it to one run.
-func Status(ctx context.Context, b *bus.Bus, runID string) (*FarmStatus, error) {
-	st := &FarmStatus{At: time.Now().UTC()}
+// Status reads the farm's state from the bus as of now (the CLI passes
+// the wall clock, tests a fixed time: silence, rates and ETAs are
+// computed against it); runID narrows it to one run.
+func Status(ctx context.Context, b *bus.Bus, runID string, now time.Time) (*FarmStatus, error) {
+	st := &FarmStatus{At: now.UTC()}
 	var err error
 	q, err := b.Queue(ctx)
 	if err != nil {

@@ -48,7 +48,7 @@ func newStatusCmd(e *env) *cobra.Command {
 			}
 			defer nc.Close()
 			for {
-				st, err := coordinator.Status(ctx, b, runID)
+				st, err := coordinator.Status(ctx, b, runID, time.Now())
 				if err != nil {
 					return err
 				}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -119,11 +120,14 @@ func TestMetricsAndHealth(t *testing.T) {
 		`a2farm_queue_in_flight 0`,
 		`a2farm_learner_backlog 2`,
 		`a2farm_learner_archiving 0`,
-		`go_goroutines`,
 	} {
-		if !strings.Contains(body, want) {
-			t.Errorf("/metrics lacks %q", want)
+		// Whole lines: "... 1" must not pass for "... 10".
+		if !slices.Contains(strings.Split(body, "\n"), want) {
+			t.Errorf("/metrics lacks the line %q", want)
 		}
+	}
+	if !strings.Contains(body, "\ngo_goroutines ") {
+		t.Error("/metrics lacks the Go runtime's metrics")
 	}
 	if code, _ := get(t, base+"/healthz"); code != http.StatusOK {
 		t.Errorf("/healthz while healthy: %d", code)

@@ -2,12 +2,12 @@ package agent
 
 import (
 	"context"
-	"github.com/a2farm/a2farm/internal/pyparse"
 	"reflect"
 	"sync"
 	"testing"
 
 	"github.com/a2farm/a2farm/internal/gitrepo"
+	"github.com/a2farm/a2farm/internal/pyparse"
 	"github.com/a2farm/a2farm/internal/sample"
 	"github.com/a2farm/a2farm/schema"
 	"github.com/a2farm/a2farm/worker/codegraph"
