@@ -20,7 +20,8 @@ type Config struct {
 	KeepUnsuccessful bool
 }
 
-// DefaultConfig is DESIGN.md §6.
+// DefaultConfig is the paper's method with the reference's bugs fixed
+// (docs/ARCHITECTURE.md, Defaults).
 func DefaultConfig() Config {
 	return Config{Rewards: rewards.DefaultConfig(), Advantage: advantage.DefaultConfig()}
 }

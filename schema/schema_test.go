@@ -56,7 +56,6 @@ func sampleJob() Job {
 		Sampling:         Sampling{Temperature: 1, TopP: 0.8, TopK: 20, RepetitionPenalty: 1.05, MaxTokens: 4096, Seed: SampleSeed(42, 3)},
 		Limits:           Limits{MaxToolCalls: 20, MaxContextTokens: 40000, WallTimeSeconds: 600},
 		Tools:            []string{"finish", "search_code_snippets", "get_entity_contents", "explore_tree_structure"},
-		PromptVariant:    "default",
 		Attempt:          1,
 	}
 }

@@ -175,7 +175,6 @@ type Job struct {
 	Sampling         Sampling `json:"sampling" arrow:"sampling"`
 	Limits           Limits   `json:"limits" arrow:"limits"`
 	Tools            []string `json:"tools" arrow:"tools"`
-	PromptVariant    string   `json:"prompt_variant" arrow:"prompt_variant"`
 	Attempt          int64    `json:"attempt" arrow:"attempt"`
 	// Handoffs counts the workers that could not serve the job's policy
 	// and passed it on to one that can.

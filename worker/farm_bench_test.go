@@ -191,7 +191,7 @@ func quantile(d []time.Duration, q float64) time.Duration {
 // farm (JetStream queue, worker, trajectory log), with two policies: the
 // built-in heuristic, whose decisions cost CPU in the worker, and a
 // zero-latency policy server (the in-test OpenAI-protocol stand-in
-// answering at once), the DESIGN target's case. cpu-ms/rollout is the
+// answering at once), the target's case (docs/ARCHITECTURE.md, Targets). cpu-ms/rollout is the
 // whole process's CPU time per rollout: server, encoding and decoding
 // included.
 func BenchmarkFarmVsLocalize(b *testing.B) {

@@ -66,7 +66,7 @@ type Config struct {
 	TrajMaxAge time.Duration
 }
 
-// DefaultConfig is DESIGN.md §4.
+// DefaultConfig is the farm's default topology (docs/ARCHITECTURE.md, Defaults).
 func DefaultConfig() Config {
 	return Config{Replicas: 1, DedupWindow: time.Hour, AckWait: 60 * time.Second, MaxDeliver: 3,
 		MaxMsgSize: 8 << 20, HeartbeatTTL: 30 * time.Second}

@@ -41,7 +41,6 @@ deploy/nats/*.conf.`,
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(e.stdout, "nats listening on %s (store %s)\n", ns.ClientURL(), store)
 			// This server's farm is owned here: create or change its
 			// topology to the flags' settings.
 			nf.url, nf.user = ns.ClientURL(), user
@@ -59,6 +58,9 @@ deploy/nats/*.conf.`,
 			if err := printFarmConfig(e, before, existed, b.Config()); err != nil {
 				return err
 			}
+			// Last, once the topology exists: whoever waits for this line
+			// may start roles at once.
+			fmt.Fprintf(e.stdout, "nats listening on %s (store %s)\n", ns.ClientURL(), store)
 			<-cmd.Context().Done()
 			embednats.Stop(ns)
 			return nil

@@ -34,7 +34,7 @@ func TestSoakFaults(t *testing.T) {
 	common := []string{"--nats", fmt.Sprintf("nats://127.0.0.1:%d", port)}
 	natsArgs := []string{"nats", "--port", fmt.Sprint(port), "--store", filepath.Join(dir, "nats"), "--ack-wait", "5s"}
 	server := start(t, bin, nil, natsArgs...)
-	time.Sleep(500 * time.Millisecond)
+	server.waitFor(t, "nats listening on")
 	policy := policytest.Scripted(t, 900*time.Millisecond) // ~2.7 s an episode: the run outlasts the faults
 	workerArgs := func(id string) []string {
 		return append([]string{"worker", "--repos", filepath.Join(dir, "sample", "repos"), "--base-url", policy.URL + "/v1",

@@ -9,7 +9,7 @@ import (
 )
 
 // BenchmarkParse reports parse throughput on the structure fixture, and in
-// ms per MiB (the unit DESIGN.md uses).
+// ms per MiB (the unit of the targets in docs/ARCHITECTURE.md).
 func BenchmarkParse(b *testing.B) {
 	src, err := os.ReadFile("testdata/structure.py")
 	if err != nil {

@@ -45,7 +45,7 @@ type Config struct {
 	Language lang.Language `json:"-"`
 }
 
-// DefaultConfig holds DESIGN.md §6 defaults: α = (1, 0.5, 0.5), c = 0.02,
+// DefaultConfig holds the defaults of docs/ARCHITECTURE.md: α = (1, 0.5, 0.5), c = 0.02,
 // s = 1, λ = 0.5, γ = 0.9, surfaced discovery.
 func DefaultConfig() Config {
 	return Config{AlphaFile: 1, AlphaModule: 0.5, AlphaEntity: 0.5, StepCost: 0.02, F1Scale: 1,
