@@ -77,6 +77,10 @@ check-gold: build ## compare extracted gold with the reference on data/dev-insta
 	  exit 0; fi; \
 	$(BIN) gold --quiet --dataset $(DEV_DATA) --repos $(REPOS) --out $(RUN_DIR)/dev-gt.jsonl --compare $(DEV_DATA)
 
+.PHONY: screenshots
+screenshots: ## rewrite docs/img/report.png and docs/img/status.png from the page tests (needs chromium)
+	A2FARM_SCREENSHOTS=$(CURDIR)/docs/img $(GO) test -count=1 -run 'InABrowser' ./learner/report ./coordinator/statuspage
+
 .PHONY: clean
 clean: ## remove build and run outputs
 	rm -rf bin $(RUN_DIR)

@@ -510,15 +510,18 @@ func (s *service) writeShard(ctx context.Context, k groupKey) error {
 		return fmt.Errorf("no gold for the group: %w", err)
 	}
 	gold := map[string]schema.Locations{}
+	source := map[string]any{"run": k.run, "iteration": k.iteration, "instance": k.instance}
 	if ok {
 		gold[k.instance] = loc
+		// The manifest keeps the gold the rewards were computed against,
+		// so that a report can be rebuilt from this folder alone.
+		source["gold"] = loc
 	}
 	res, err := Process(trs, gold, s.cfg.Learner)
 	if err != nil {
 		return err
 	}
-	m, _, err := WriteShards(res, s.cfg.Learner, ShardConfig{Dir: dir,
-		Source: map[string]any{"run": k.run, "iteration": k.iteration, "instance": k.instance}})
+	m, _, err := WriteShards(res, s.cfg.Learner, ShardConfig{Dir: dir, Source: source})
 	if err != nil {
 		return err
 	}

@@ -125,7 +125,8 @@ func layer(path string) int {
 // testOnly are the packages that only tests may import: the embedded
 // test server, the polling helper, golden files, the policy stand-in and
 // the graph fixture.
-var testOnly = []string{"internal/natstest", "internal/checkfor", "internal/golden", "internal/policytest", "worker/codegraph/graphtest"}
+var testOnly = []string{"internal/natstest", "internal/checkfor", "internal/golden", "internal/policytest", "internal/browsertest",
+	"worker/codegraph/graphtest"}
 
 var layerNames = [...]string{"schema", "a library (internal/)", "a role", "the CLI", "the binary"}
 

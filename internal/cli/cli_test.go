@@ -44,6 +44,9 @@ func TestExitCodes(t *testing.T) {
 		{"bad log format", []string{"--log-format", "xml", "version"}, exitUsage, "--log-format"},
 		{"sample needs out", []string{"sample"}, exitUsage, "--out"},
 		{"unknown dataset file", []string{"gold", "--dataset", "/does/not/exist.jsonl", "--repos", "."}, exitError, "no such file"},
+		{"report needs a run", []string{"report"}, exitUsage, "one or more run folders"},
+		{"report of no run", []string{"report", "/does/not/exist"}, exitUsage, "not a run folder"},
+		{"status page address", []string{"status", "--http", "8090"}, exitUsage, "want HOST:PORT or :PORT"},
 		{"version", []string{"version"}, exitOK, ""},
 	}
 	for _, tt := range tests {
@@ -316,6 +319,13 @@ func testUpMatchesReplay(t *testing.T, policy []string) {
 	if code != 0 || !strings.Contains(stdout, "18 trajectories archived") {
 		t.Fatalf("up: exit %d\n%s\n%s", code, stdout, errOut)
 	}
+	page := filepath.Join(out, "report.html")
+	if !strings.Contains(stdout, "report written: "+page) {
+		t.Errorf("up did not print the report's path:\n%s", stdout)
+	}
+	if html, err := os.ReadFile(page); err != nil || !bytes.Contains(html, []byte(`<figure id="farm-rate">`)) {
+		t.Errorf("up's report lacks the farm's figures (%v)", err)
+	}
 	archive := filepath.Join(out, "learner", "archive", "e2e", "0")
 	trs, err := schema.ReadTrajectoryDir(filepath.Join(archive, "*"))
 	if err != nil {
@@ -344,6 +354,19 @@ func testUpMatchesReplay(t *testing.T, policy []string) {
 	replayed := filepath.Join(t.TempDir(), "shards")
 	if code, _, errOut := run(t, "replay", "--archive", flat, "--gold", gt, "--out", replayed); code != 0 {
 		t.Fatalf("replay: %s", errOut)
+	}
+	// The report of the up folder, numbers and all, from that folder alone.
+	numbers := filepath.Join(t.TempDir(), "report.json")
+	if code, stdout, errOut := run(t, "report", "--json", numbers, "--out", filepath.Join(t.TempDir(), "r.html"), out); code != 0 ||
+		!strings.Contains(stdout, "report written: ") {
+		t.Fatalf("report: exit %d\n%s\n%s", code, stdout, errOut)
+	}
+	var rep struct {
+		Series []struct{ Trajectories int } `json:"series"`
+	}
+	if data, err := os.ReadFile(numbers); err != nil || json.Unmarshal(data, &rep) != nil || len(rep.Series) != 1 ||
+		rep.Series[0].Trajectories != 18 {
+		t.Errorf("report numbers: %+v (%v)", rep, err)
 	}
 	farmRows := readShardRows(t, filepath.Join(out, "learner", "shards", "e2e", "0", "*"))
 	replayRows := readShardRows(t, replayed)
@@ -396,7 +419,7 @@ func TestHyperparametersOnEveryLabellingCommand(t *testing.T) {
 		t.Fatalf("learnFlags binds %d flags: %v", len(names), names)
 	}
 	root := newRoot(e)
-	for _, cmdName := range []string{"learner", "replay", "up"} {
+	for _, cmdName := range []string{"learner", "replay", "up", "report"} {
 		cmd, _, err := root.Find([]string{cmdName})
 		if err != nil {
 			t.Fatal(err)

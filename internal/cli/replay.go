@@ -18,11 +18,12 @@ import (
 
 // replayOptions are replay's flags.
 type replayOptions struct {
-	archive, goldPath, datasetPath, reposDir string
-	out, labelsPath, sweep                   string
-	maxRows                                  int
-	sft                                      bool
-	learn                                    learnFlags
+	archive                string
+	gold                   goldFlags
+	out, labelsPath, sweep string
+	maxRows                int
+	sft                    bool
+	learn                  learnFlags
 }
 
 func newReplayCmd(e *env) *cobra.Command {
@@ -41,9 +42,7 @@ group coverage and advantage statistics for several history lengths.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.archive, "archive", "", "trajectories folder (*.arrow)")
-	f.StringVar(&o.goldPath, "gold", "", "gt_location.jsonl")
-	f.StringVar(&o.datasetPath, "dataset", "", "instead of --gold: extract gold from this dataset's patches (needs --repos)")
-	f.StringVar(&o.reposDir, "repos", envOr("A2FARM_REPOS", ""), "repositories for --dataset (env A2FARM_REPOS)")
+	o.gold.bind(cmd)
 	f.StringVar(&o.out, "out", "", "shard folder to write")
 	f.StringVar(&o.labelsPath, "labels", "", "write per-turn and per-trajectory labels as JSON lines")
 	f.StringVar(&o.sweep, "sweep-H", "", "comma-separated history lengths to compare, e.g. 0,1,2,3,4")
@@ -56,7 +55,7 @@ group coverage and advantage statistics for several history lengths.`,
 // runReplay labels an archive and writes what the flags ask for: the
 // H sweep, labels, shards.
 func runReplay(ctx context.Context, e *env, o *replayOptions) error {
-	if o.archive == "" || (o.goldPath == "") == (o.datasetPath == "") || (o.out == "" && o.labelsPath == "" && o.sweep == "") {
+	if o.archive == "" || !o.gold.given() || (o.out == "" && o.labelsPath == "" && o.sweep == "") {
 		return usagef("--archive, one of --gold or --dataset (with --repos), and one of --out, --labels or --sweep-H are required")
 	}
 	cfg, err := o.learn.config()
@@ -71,7 +70,7 @@ func runReplay(ctx context.Context, e *env, o *replayOptions) error {
 	if err != nil {
 		return err
 	}
-	gold, err := replayGold(ctx, e, o)
+	gold, err := o.gold.load(ctx, e)
 	if err != nil {
 		return err
 	}
@@ -96,7 +95,7 @@ func runReplay(ctx context.Context, e *env, o *replayOptions) error {
 		return nil
 	}
 	m, kept, err := learner.WriteShards(res, cfg, learner.ShardConfig{Dir: o.out, MaxRows: o.maxRows, SFT: o.sft,
-		Source: map[string]any{"archive": o.archive, "gold": o.goldPath, "dataset": o.datasetPath, "code_version": version()}})
+		Source: map[string]any{"archive": o.archive, "gold_file": o.gold.path, "dataset": o.gold.dataset, "code_version": version()}})
 	if err != nil {
 		return err
 	}
@@ -135,27 +134,6 @@ func printSweep(e *env, rows []learner.SweepRow) {
 		}
 		fmt.Fprintf(e.stdout, "%-2d %-48s %+.4f / %.4f\n", r.H, strings.Join(cov, " "), r.Mean, r.Std)
 	}
-}
-
-// replayGold reads the gold file, or extracts gold from the dataset.
-func replayGold(ctx context.Context, e *env, o *replayOptions) (map[string]schema.Locations, error) {
-	var golds []schema.Gold
-	var err error
-	if o.goldPath != "" {
-		golds, err = readFile(o.goldPath, schema.ReadGold)
-	} else {
-		golds, err = extractGold(ctx, e, o.datasetPath, o.reposDir)
-	}
-	if err != nil {
-		return nil, err
-	}
-	gold := map[string]schema.Locations{}
-	for _, g := range golds {
-		if g.FileChanges != nil {
-			gold[g.InstanceID] = g.Locations()
-		}
-	}
-	return gold, nil
 }
 
 func printDiagnostics(e *env, d learner.Diagnostics) {

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -13,6 +14,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/a2farm/a2farm/coordinator"
+	"github.com/a2farm/a2farm/coordinator/statuspage"
+	"github.com/a2farm/a2farm/internal/bus"
 )
 
 func newStatusCmd(e *env) *cobra.Command {
@@ -20,11 +23,17 @@ func newStatusCmd(e *env) *cobra.Command {
 	var runID string
 	var watch time.Duration
 	var asJSON bool
-	var until string
+	var until, httpAddr string
 	cmd := &cobra.Command{
-		Use:   "status [--run ID] [--watch 5s] [--json] [--until answered|sharded]",
+		Use:   "status [--run ID] [--watch 5s] [--json] [--until answered|sharded] [--http ADDR]",
 		Short: "Show queue depth, live workers and the progress of each run",
-		Args:  cobra.NoArgs,
+		Long: `status prints the farm's state: the job queue, live workers and their load, each run's
+progress and ETA, and the learner's backlog. --watch repeats it; --until waits for a run.
+
+--http ADDR serves the same as a live page that refreshes itself, with the queue depth over
+the last hour, until interrupted. It is read-only and binds to loopback when ADDR has no host
+(:8090); give 0.0.0.0:8090 to expose it.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
 			if watch < 0 {
@@ -42,11 +51,23 @@ func newStatusCmd(e *env) *cobra.Command {
 			default:
 				return usagef("--until %q: want answered or sharded", until)
 			}
+			if httpAddr != "" {
+				if _, err := statuspage.ListenAddr(httpAddr); err != nil {
+					return &usageError{err}
+				}
+			}
 			nc, b, err := nf.attach(ctx, "status")
 			if err != nil {
 				return err
 			}
 			defer nc.Close()
+			if httpAddr != "" {
+				serve, err := statusPage(e, httpAddr, b, runID)
+				if err != nil {
+					return err
+				}
+				return serve(ctx)
+			}
 			for {
 				st, err := coordinator.Status(ctx, b, runID, time.Now())
 				if err != nil {
@@ -77,8 +98,24 @@ func newStatusCmd(e *env) *cobra.Command {
 	cmd.Flags().StringVar(&runID, "run", "", "show only this run")
 	cmd.Flags().DurationVar(&watch, "watch", 0, "repeat every interval until interrupted")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "one JSON object per report")
+	cmd.Flags().StringVar(&httpAddr, "http", "", "serve a live status page on this address (loopback unless a host is given) until interrupted")
 	cmd.Flags().StringVar(&until, "until", "", "with --run: report until every job has a trajectory (answered) or every group its shard (sharded), then exit 0")
 	return cmd
+}
+
+// statusPage binds the live page's address at once (a bad or busy one
+// fails before anything starts) and returns the function that serves the
+// farm behind b there until ctx ends.
+func statusPage(e *env, addr string, b *bus.Bus, runID string) (serve func(context.Context) error, err error) {
+	ln, err := statuspage.Listen(addr)
+	if err != nil {
+		return nil, &usageError{err}
+	}
+	fmt.Fprintf(e.stdout, "status page at %s\n", statuspage.URL(ln))
+	cfg := statuspage.Config{Log: e.log, Status: func(ctx context.Context, now time.Time) (*coordinator.FarmStatus, error) {
+		return coordinator.Status(ctx, b, runID, now)
+	}}
+	return func(ctx context.Context) error { return statuspage.Serve(ctx, ln, cfg) }, nil
 }
 
 // reached reports whether every run shown is answered or sharded.

@@ -22,6 +22,7 @@ import (
 	"github.com/a2farm/a2farm/internal/sample"
 	"github.com/a2farm/a2farm/learner"
 	"github.com/a2farm/a2farm/learner/metrics"
+	runreport "github.com/a2farm/a2farm/learner/report"
 	"github.com/a2farm/a2farm/schema"
 	"github.com/a2farm/a2farm/worker"
 	"github.com/a2farm/a2farm/worker/policy"
@@ -31,6 +32,7 @@ import (
 // upOptions are up's flags.
 type upOptions struct {
 	out, datasetPath, reposDir, runID string
+	httpAddr                          string
 	samples, workers, concurrency     int
 	run                               runFlags
 	endpoints                         endpointFlags
@@ -47,8 +49,10 @@ func newUpCmd(e *env) *cobra.Command {
 		Long: `up starts an embedded JetStream server (stored under DIR/nats), publishes
 issue × N jobs for the dataset (the built-in sample when --dataset is not given), runs
 --workers workers and the learner, waits until every job has a trajectory and every
-group its shard, and prints the evaluation table. Shards land in DIR/learner/shards,
-the trajectory archive in DIR/learner/archive.`,
+group its shard, prints the evaluation table and writes the run's report to
+DIR/report.html. Shards land in DIR/learner/shards, the trajectory archive in
+DIR/learner/archive. --http ADDR serves the live status page while the farm runs, and
+after it until interrupted.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runUp(cmd.Context(), e, &o) },
 	}
@@ -57,6 +61,7 @@ the trajectory archive in DIR/learner/archive.`,
 	f.StringVar(&o.datasetPath, "dataset", "", "dataset (default: the built-in sample)")
 	f.StringVar(&o.reposDir, "repos", envOr("A2FARM_REPOS", ""), "repositories for --dataset")
 	f.StringVar(&o.runID, "run", "", "run id (default up-<time>)")
+	f.StringVar(&o.httpAddr, "http", "", "serve the live status page on this address (loopback unless a host is given); up then waits for an interrupt")
 	f.IntVar(&o.samples, "samples", 4, "rollouts per instance")
 	f.IntVar(&o.workers, "workers", 2, "workers in this process")
 	f.IntVar(&o.concurrency, "concurrency", 8, "episodes in flight per worker")
@@ -146,6 +151,11 @@ func runUp(ctx context.Context, e *env, o *upOptions) error {
 		return err
 	}
 	defer stopMetrics()
+	stopPage, err := o.startStatusPage(ctx, e, b)
+	if err != nil {
+		return err
+	}
+	defer stopPage()
 
 	report, err := coordinator.RunGold(ctx, coordinator.GoldConfig{Dataset: o.datasetPath, ReposDir: o.reposDir,
 		Language: e.language, MaxEditFiles: gold.DefaultMaxEditFiles, Log: e.log})
@@ -178,7 +188,44 @@ func runUp(ctx context.Context, e *env, o *upOptions) error {
 		return err
 	}
 	roles.stop()
-	return scoreUp(e, o.runID, learnerOut, report)
+	if err := scoreUp(e, o.runID, learnerOut, report); err != nil {
+		return err
+	}
+	src, err := runreport.Load(o.out)
+	if err != nil {
+		return err
+	}
+	path, err := writeReport(e, []*runreport.Source{src}, runreport.Options{Learner: p.learn, Language: e.language}, "", "")
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "report written: %s\n", path)
+	if o.httpAddr != "" {
+		fmt.Fprintln(e.stdout, "the run is done; the status page stays up until interrupted")
+		<-ctx.Done()
+	}
+	return nil
+}
+
+// startStatusPage serves the live page when --http is set; stop ends it
+// and waits for it.
+func (o *upOptions) startStatusPage(ctx context.Context, e *env, b *bus.Bus) (stop func(), err error) {
+	if o.httpAddr == "" {
+		return func() {}, nil
+	}
+	serve, err := statusPage(e, o.httpAddr, b, o.runID)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- serve(ctx) }()
+	return func() {
+		cancel()
+		if err := <-done; err != nil {
+			e.log.Warn().Err(err).Msg("status page")
+		}
+	}, nil
 }
 
 // writeSample writes the built-in sample (dataset and repositories) into

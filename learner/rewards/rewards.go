@@ -78,7 +78,9 @@ type Labels struct {
 	// Progress[t][L] is the increase of discovery recall at level L.
 	Progress [][3]float64
 	Rewards  []float64
-	Returns  []float64
+	// Parts[t] says where Rewards[t] came from; its terms add up to it.
+	Parts   []Parts
+	Returns []float64
 	// Terminal statistics per level.
 	F1     [3]float64
 	DC     [3]float64
@@ -86,6 +88,16 @@ type Labels struct {
 	// Discovered holds the gold ids found, per level.
 	Discovered [3][]string
 }
+
+// Parts are the terms of one turn's reward: discovery progress weighted by
+// level, the (negative) step cost, and on the last turn the terminal F1 and
+// discovery–commit terms.
+type Parts struct {
+	Discovery, StepCost, Terminal, Commit float64
+}
+
+// Sum is the turn's reward.
+func (p Parts) Sum() float64 { return p.Discovery + p.StepCost + p.Terminal + p.Commit }
 
 // Label computes the rewards of one trajectory. ok is false when it cannot
 // be labelled: no turns, or no gold file.
@@ -124,16 +136,21 @@ func Label(tr schema.Trajectory, gold schema.Locations, cfg Config) (Labels, boo
 		lb.DC[L] = metrics.Commit(lb.Discovered[L], committed[L], goldBy[L]).DC
 	}
 	alpha := [3]float64{cfg.AlphaFile, cfg.AlphaModule, cfg.AlphaEntity}
-	lb.Rewards = make([]float64, len(lb.Progress))
+	lb.Parts = make([]Parts, len(lb.Progress))
 	if !cfg.TerminalOnly {
 		for t, p := range lb.Progress {
-			lb.Rewards[t] = alpha[0]*p[0] + alpha[1]*p[1] + alpha[2]*p[2] - cfg.StepCost
+			lb.Parts[t].Discovery = alpha[0]*p[0] + alpha[1]*p[1] + alpha[2]*p[2]
+			lb.Parts[t].StepCost = -cfg.StepCost
 		}
 	}
-	last := len(lb.Rewards) - 1
-	lb.Rewards[last] += cfg.F1Scale * (alpha[0]*lb.F1[0] + alpha[1]*lb.F1[1] + alpha[2]*lb.F1[2])
+	last := len(lb.Parts) - 1
+	lb.Parts[last].Terminal = cfg.F1Scale * (alpha[0]*lb.F1[0] + alpha[1]*lb.F1[1] + alpha[2]*lb.F1[2])
 	if !cfg.TerminalOnly {
-		lb.Rewards[last] += cfg.Commitment * (alpha[0]*lb.DC[0] + alpha[1]*lb.DC[1] + alpha[2]*lb.DC[2])
+		lb.Parts[last].Commit = cfg.Commitment * (alpha[0]*lb.DC[0] + alpha[1]*lb.DC[1] + alpha[2]*lb.DC[2])
+	}
+	lb.Rewards = make([]float64, len(lb.Parts))
+	for t, p := range lb.Parts {
+		lb.Rewards[t] = p.Sum()
 	}
 	lb.Returns = advantage.Returns(lb.Rewards, cfg.Gamma)
 	return lb, true

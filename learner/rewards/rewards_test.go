@@ -49,6 +49,14 @@ func TestLabelHandWorked(t *testing.T) {
 			break
 		}
 	}
+	wantParts := []Parts{{Discovery: 1, StepCost: -0.02}, {Discovery: 1, StepCost: -0.02},
+		{StepCost: -0.02, Terminal: 2, Commit: 0.75}}
+	for i, p := range wantParts {
+		if !near(lb.Parts[i].Discovery, p.Discovery) || !near(lb.Parts[i].StepCost, p.StepCost) ||
+			!near(lb.Parts[i].Terminal, p.Terminal) || !near(lb.Parts[i].Commit, p.Commit) {
+			t.Errorf("parts[%d] = %+v, want %+v", i, lb.Parts[i], p)
+		}
+	}
 	g1 := 0.98 + 0.9*r2
 	if !near(lb.Returns[2], r2) || !near(lb.Returns[1], g1) || !near(lb.Returns[0], 0.98+0.9*g1) {
 		t.Errorf("returns = %v", lb.Returns)
@@ -61,6 +69,9 @@ func TestTerminalOnly(t *testing.T) {
 	lb, _ := Label(trajectory(), gold, cfg)
 	if lb.Rewards[0] != 0 || lb.Rewards[1] != 0 || !near(lb.Rewards[2], 2) {
 		t.Errorf("terminal-only rewards = %v", lb.Rewards)
+	}
+	if lb.Parts[2] != (Parts{Terminal: 2}) {
+		t.Errorf("terminal-only parts = %+v, want the terminal F1 alone", lb.Parts[2])
 	}
 }
 

@@ -1,0 +1,136 @@
+package report
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/a2farm/a2farm/schema"
+)
+
+// Source kinds.
+const (
+	// KindFarm is a learner output folder (or an `up` folder holding one):
+	// archive/<run>/<iteration>/<instance>/<sample>.arrow and the shard
+	// manifests beside it.
+	KindFarm = "farm"
+	// KindLocalize is a `localize` output folder: trajectories/*.arrow.
+	KindLocalize = "localize"
+)
+
+// Source is one folder's trajectories and what else it knows: the gold its
+// shards were labelled against and when each group closed.
+type Source struct {
+	Label, Dir, Kind string
+	Trajectories     []schema.Trajectory
+	// Gold maps instance ids to the gold recorded in the shard manifests
+	// (farm folders); the caller may add more.
+	Gold map[string]schema.Locations
+	// Closed lists the groups whose shards are written (farm folders).
+	Closed []GroupClosed
+}
+
+// GroupClosed is one group's shard manifest: when it was written.
+type GroupClosed struct {
+	Run        string
+	Iteration  int64
+	InstanceID string
+	At         time.Time
+}
+
+// Load reads a learner output folder, an `up` folder (its learner/
+// sub-folder) or a `localize` folder.
+func Load(dir string) (*Source, error) {
+	src := &Source{Label: filepath.Base(filepath.Clean(dir)), Dir: dir, Gold: map[string]schema.Locations{}}
+	switch {
+	case isDir(filepath.Join(dir, "learner", "archive")):
+		return src, src.loadFarm(filepath.Join(dir, "learner"))
+	case isDir(filepath.Join(dir, "archive")):
+		return src, src.loadFarm(dir)
+	case isDir(filepath.Join(dir, "trajectories")):
+		src.Kind = KindLocalize
+		trs, err := schema.ReadTrajectoryDir(filepath.Join(dir, "trajectories"))
+		if err != nil {
+			return nil, err
+		}
+		src.Trajectories = trs
+		return src, nil
+	}
+	return nil, fmt.Errorf("%s: not a run folder: want archive/ (a learner's output), learner/archive/ (up's) or trajectories/ (localize's)", dir)
+}
+
+func (src *Source) loadFarm(learnerDir string) error {
+	src.Kind = KindFarm
+	groups, err := filepath.Glob(filepath.Join(learnerDir, "archive", "*", "*", "*"))
+	if err != nil {
+		return err
+	}
+	for _, g := range groups {
+		trs, err := schema.ReadTrajectoryDir(g)
+		if err != nil {
+			return err
+		}
+		src.Trajectories = append(src.Trajectories, trs...)
+	}
+	if len(src.Trajectories) == 0 {
+		return fmt.Errorf("%s: no archived trajectories", learnerDir)
+	}
+	manifests, err := filepath.Glob(filepath.Join(learnerDir, "shards", "*", "*", "*", "manifest.json"))
+	if err != nil {
+		return err
+	}
+	for _, path := range manifests {
+		m, err := readManifest(path)
+		if err != nil {
+			return err
+		}
+		s := m.Params.Source
+		if s.Instance == "" {
+			continue // written by replay, which records an archive, not a group
+		}
+		src.Closed = append(src.Closed, GroupClosed{Run: s.Run, Iteration: s.Iteration, InstanceID: s.Instance, At: m.Created})
+		if s.Gold != nil {
+			src.Gold[s.Instance] = *s.Gold
+		}
+	}
+	slices.SortFunc(src.Closed, func(a, b GroupClosed) int { return a.At.Compare(b.At) })
+	return nil
+}
+
+// manifest is the part of a shard manifest the report reads.
+type manifest struct {
+	Created time.Time `json:"created"`
+	Params  struct {
+		Source struct {
+			Run       string            `json:"run"`
+			Iteration int64             `json:"iteration"`
+			Instance  string            `json:"instance"`
+			Gold      *schema.Locations `json:"gold"`
+		} `json:"source"`
+	} `json:"params"`
+}
+
+func readManifest(path string) (*manifest, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var m manifest
+	if err := json.Unmarshal(data, &m); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return &m, nil
+}
+
+func isDir(path string) bool {
+	info, err := os.Stat(path)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return false
+	}
+	return err == nil && info.IsDir()
+}

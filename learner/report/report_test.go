@@ -1,0 +1,209 @@
+package report
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/a2farm/a2farm/internal/browsertest"
+	"github.com/a2farm/a2farm/internal/golden"
+	"github.com/a2farm/a2farm/internal/pyparse"
+	"github.com/a2farm/a2farm/learner"
+	"github.com/a2farm/a2farm/schema"
+)
+
+// The fixtures are real runs of the built-in sample: testdata/up is what
+// `a2farm up --samples 4` archived (trajectories and shard manifests, whose
+// gold the report reads), testdata/localize a `localize --samples 2` run
+// scored with testdata/gt_location.jsonl.
+
+func sources(t *testing.T) ([]*Source, Options) {
+	t.Helper()
+	farm, err := Load(filepath.Join("testdata", "up"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	local, err := Load(filepath.Join("testdata", "localize"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(filepath.Join("testdata", "gt_location.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	rows, err := schema.ReadGold(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gold := map[string]schema.Locations{}
+	for _, g := range rows {
+		if g.FileChanges != nil {
+			gold[g.InstanceID] = g.Locations()
+		}
+	}
+	return []*Source{farm, local}, Options{Title: "fixture", Learner: learner.DefaultConfig(),
+		Language: pyparse.Python{}, Gold: gold}
+}
+
+func TestLoadKinds(t *testing.T) {
+	srcs, _ := sources(t)
+	farm, local := srcs[0], srcs[1]
+	if farm.Kind != KindFarm || len(farm.Trajectories) != 24 || len(farm.Closed) != 6 || len(farm.Gold) != 6 {
+		t.Errorf("up folder: kind %s, %d trajectories, %d closed groups, %d gold rows; want farm, 24, 6, 6",
+			farm.Kind, len(farm.Trajectories), len(farm.Closed), len(farm.Gold))
+	}
+	if local.Kind != KindLocalize || len(local.Trajectories) != 12 || len(local.Gold) != 0 {
+		t.Errorf("localize folder: kind %s, %d trajectories, %d gold rows; want localize, 12, 0", local.Kind,
+			len(local.Trajectories), len(local.Gold))
+	}
+	if _, err := Load(t.TempDir()); err == nil || !strings.Contains(err.Error(), "not a run folder") {
+		t.Errorf("an empty folder: %v, want a 'not a run folder' error", err)
+	}
+}
+
+// TestBuildGolden checks every number behind the plots.
+func TestBuildGolden(t *testing.T) {
+	srcs, opts := sources(t)
+	r, err := Build(srcs, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	golden.Check(t, "report.golden.json", append(got, '\n'))
+}
+
+// TestBuildAgreesWithTheLearner: the report's pooled numbers are the
+// learner's own, and the reward terms add up to the rewards.
+func TestBuildAgreesWithTheLearner(t *testing.T) {
+	srcs, opts := sources(t)
+	r, err := Build(srcs[:1], opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gold := srcs[0].Gold
+	res, err := learner.Process(srcs[0].Trajectories, gold, opts.Learner)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := res.Diagnostics
+	if r.Advantage.N != d.Steps || !near(r.Advantage.Mean, d.AdvantageMean) || !near(r.Advantage.Std, d.AdvantageStd) {
+		t.Errorf("advantage n %d mean %g std %g, learner %d %g %g", r.Advantage.N, r.Advantage.Mean, r.Advantage.Std,
+			d.Steps, d.AdvantageMean, d.AdvantageStd)
+	}
+	for k := range d.Coverage {
+		if !near(r.Coverage[k], d.Coverage[k]) {
+			t.Errorf("coverage[%d] = %g, learner %g", k, r.Coverage[k], d.Coverage[k])
+		}
+	}
+	if r.Advantage.Bins.Total() != r.Advantage.N || r.Weights.Bins.Total() != r.Weights.N {
+		t.Errorf("histograms hold %d and %d of %d and %d values", r.Advantage.Bins.Total(), r.Weights.Bins.Total(),
+			r.Advantage.N, r.Weights.N)
+	}
+	steps := 0
+	for _, turn := range r.Turns {
+		steps += turn.Trajectories
+		if sum := turn.Discovery + turn.StepCost + turn.Terminal + turn.Commit; !near(sum, turn.Reward) {
+			t.Errorf("turn %d: terms add up to %g, mean reward %g", turn.Turn, sum, turn.Reward)
+		}
+	}
+	if steps != d.Steps {
+		t.Errorf("turn rows cover %d steps, the learner %d", steps, d.Steps)
+	}
+	sweep := map[int]SweepPoint{}
+	for _, p := range r.Sweep {
+		sweep[p.H] = p
+	}
+	if p := sweep[opts.Learner.Advantage.H]; !near(p.Std, d.AdvantageStd) || len(p.Coverage) != len(d.Coverage) {
+		t.Errorf("sweep at the learner's H: %+v, learner std %g coverage %v", p, d.AdvantageStd, d.Coverage)
+	}
+	if r.Farm == nil || r.Farm.Groups != 6 || r.Farm.GroupClose.N != 6 || len(r.Farm.Rate) == 0 {
+		t.Errorf("farm: %+v, want 6 groups with close times and a rate", r.Farm)
+	}
+}
+
+func near(a, b float64) bool { return a-b < 1e-9 && b-a < 1e-9 }
+
+func TestBuildRefusesNothing(t *testing.T) {
+	_, opts := sources(t)
+	if _, err := Build(nil, opts); err == nil {
+		t.Error("no sources: want an error")
+	}
+	opts.Language = nil
+	srcs, _ := sources(t)
+	if _, err := Build(srcs, opts); err == nil {
+		t.Error("no language: want an error")
+	}
+}
+
+// render writes the fixture's page.
+func render(t *testing.T) ([]byte, int) {
+	t.Helper()
+	srcs, opts := sources(t)
+	r, err := Build(srcs, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	figs, err := Figures(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, f := range figs {
+		n += len(f)
+	}
+	var buf bytes.Buffer
+	if err := Render(&buf, r, time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes(), n
+}
+
+// TestRenderIsSelfContained: every figure is on the page, as inline SVG,
+// and nothing is fetched or scripted.
+func TestRenderIsSelfContained(t *testing.T) {
+	page, figures := render(t)
+	for _, want := range []string{"advantage", "weights", "coverage", "sweep-coverage", "sweep-advantage", "reward-terms",
+		"returns", "dc-gap", "type-b", "cost-turns", "cost-observation", "cost-wall", "cost-tools", "farm-rate",
+		"farm-close", "f1-by-series"} {
+		if !bytes.Contains(page, []byte(`<figure id="`+want+`">`)) {
+			t.Errorf("figure %s is missing", want)
+		}
+	}
+	if got := bytes.Count(page, []byte("<figure ")); got != figures || bytes.Count(page, []byte("<svg")) != figures {
+		t.Errorf("%d figures and %d svg elements on the page, want %d of each", got, bytes.Count(page, []byte("<svg")), figures)
+	}
+	if m := regexp.MustCompile(`(?i)<script|<link|<img|src=|https?://[^"\s]*\.(js|css)`).Find(page); m != nil {
+		t.Errorf("the page fetches or scripts something: %q", m)
+	}
+}
+
+// TestReportInABrowser opens the page in headless Chromium: every plot
+// lays out and draws, and no error occurs.
+func TestReportInABrowser(t *testing.T) {
+	page, figures := render(t)
+	seen := browsertest.Open(t, page)
+	if seen.Plots != figures || seen.Drawn != figures || len(seen.Undrawn) > 0 {
+		t.Errorf("the browser drew %d of %d plots (want %d); undrawn: %v", seen.Drawn, seen.Plots, figures, seen.Undrawn)
+	}
+	if len(seen.Errors) > 0 {
+		t.Errorf("errors in the browser: %v", seen.Errors)
+	}
+	for _, want := range []string{"fixture", "Evaluation", "Per repository", "acme/inventory", "Where reward comes from",
+		"Discovery–commit gap", "Episode cost", "Farm"} {
+		if !strings.Contains(seen.Text, want) {
+			t.Errorf("the page's text lacks %q", want)
+		}
+	}
+	if dir := os.Getenv("A2FARM_SCREENSHOTS"); dir != "" {
+		browsertest.Screenshot(t, page, filepath.Join(dir, "report.png"), 1280, 2600)
+	}
+}
