@@ -161,7 +161,8 @@ func TestGrafanaQueriesExistingMetrics(t *testing.T) {
 	m.WatchLearner(func(context.Context) (uint64, uint64, error) { return 0, 0, errors.New("no server here") })
 	// Labelled families appear once observed.
 	m.ObserveTrajectory(schema.Trajectory{Status: schema.StatusOK, Turns: []schema.Turn{{ToolName: "finish"}}})
-	m.IndexBuilt(time.Second, nil)
+	m.IndexReady(time.Second, "built", nil)
+	m.IndexReady(time.Second, "shared", nil)
 	families, err := m.Gatherer().Gather()
 	if err != nil {
 		t.Fatal(err)

@@ -56,8 +56,14 @@ type Config struct {
 	Log         zerolog.Logger
 	// OnTrajectory sees every trajectory once it is published (metrics).
 	OnTrajectory func(schema.Trajectory)
-	// OnIndexBuilt sees every snapshot index build (metrics).
-	OnIndexBuilt func(took time.Duration, err error)
+	// LocalIndexes builds every index on this worker and shares none;
+	// by default a worker fetches the indexes another worker of the farm
+	// built (or builds and shares them), through the farm's index store.
+	LocalIndexes bool
+	// OnIndex sees every snapshot index the worker opens, and where it
+	// came from: repoindex.SourceBuilt, SourceCache or SourceShared
+	// (metrics).
+	OnIndex func(took time.Duration, from string, err error)
 	// Hooks for tests; nil in production.
 	OnJobStarted func(jobID string)
 	OnJobSettled func(jobID string, outcome string)
@@ -99,6 +105,11 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := cfg.validate(); err != nil {
 		return err
 	}
+	cleanup, err := shareIndexes(&cfg)
+	if err != nil {
+		return err
+	}
+	defer cleanup()
 	w := &farmWorker{cfg: cfg, indexes: map[string]*indexEntry{}, lacks: map[string]time.Time{}, beat: make(chan struct{}, 1)}
 	// Episodes run under their own context, cancelled only after the
 	// grace period, so that a stop request does not cut them short.
@@ -176,6 +187,39 @@ func Run(ctx context.Context, cfg Config) error {
 	return nil
 }
 
+// tempCacheBytes bounds the index cache of a worker given no --cache: it
+// holds the bundles fetched from the farm, which the worker installs there.
+const tempCacheBytes = 8 << 30
+
+// shareIndexes connects the worker to the farm's index store, unless it
+// keeps its indexes local or the farm has none. Fetched indexes are
+// installed in the host's cache, or without one in a temporary cache that
+// cleanup removes.
+func shareIndexes(cfg *Config) (cleanup func(), err error) {
+	cleanup = func() {}
+	if cfg.LocalIndexes {
+		return cleanup, nil
+	}
+	shared, ok := cfg.Bus.SharedIndexes(cfg.WorkerID)
+	if !ok {
+		cfg.Log.Warn().Msg("this farm has no shared index store (made by an older a2farm): every worker builds every index; `a2farm farm init` adds it")
+		return cleanup, nil
+	}
+	if cfg.Index.Cache == nil {
+		dir, err := os.MkdirTemp("", "a2farm-worker-cache-*")
+		if err != nil {
+			return nil, fmt.Errorf("worker: index cache: %w", err)
+		}
+		if cfg.Index.Cache, err = repoindex.OpenCache(dir, tempCacheBytes); err != nil {
+			os.RemoveAll(dir)
+			return nil, err
+		}
+		cleanup = func() { os.RemoveAll(dir) }
+	}
+	cfg.Index.Shared = shared
+	return cleanup, nil
+}
+
 type farmWorker struct {
 	cfg     Config
 	mu      sync.Mutex
@@ -214,8 +258,15 @@ func (w *farmWorker) index(ctx context.Context, repo, commit string) (*repoindex
 		go func() {
 			start := time.Now()
 			e.idx, e.err = repoindex.Build(ctx, w.cfg.Repos, repo, commit, w.cfg.Index)
-			if w.cfg.OnIndexBuilt != nil {
-				w.cfg.OnIndexBuilt(time.Since(start), e.err)
+			from := ""
+			if e.err == nil {
+				from = e.idx.Source()
+				if e.idx.ShareErr != nil {
+					w.cfg.Log.Warn().Err(e.idx.ShareErr).Str("snapshot", key).Msg("built an index the farm's other workers cannot fetch; they will build it too")
+				}
+			}
+			if w.cfg.OnIndex != nil {
+				w.cfg.OnIndex(time.Since(start), from, e.err)
 			}
 			close(e.ready)
 		}()
@@ -323,7 +374,9 @@ func (w *farmWorker) runJob(ctx context.Context, job schema.Job, msg jetstream.M
 	if err != nil {
 		return w.cannotServe(ctx, job, msg, err)
 	}
+	stopProgress := keepAlive(msg, w.cfg.Bus.AckWait())
 	idx, release, err := w.index(ctx, job.Repo, job.BaseCommit)
+	stopProgress()
 	if err != nil {
 		if errors.Is(err, gitrepo.ErrNotFound) {
 			return w.lacksSnapshot(ctx, job, msg, err)
@@ -342,6 +395,28 @@ func (w *farmWorker) runJob(ctx context.Context, job schema.Job, msg jetstream.M
 		w.cfg.OnTrajectory(tr)
 	}
 	return nil
+}
+
+// keepAlive tells the server the job is being worked on every third of
+// its ack wait until stop is called: building a large snapshot, or waiting
+// for another worker to build it, must not get the job redelivered.
+func keepAlive(msg jetstream.Msg, ackWait time.Duration) (stop func()) {
+	done := make(chan struct{})
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		t := time.NewTicker(max(time.Second, ackWait/3))
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				_ = msg.InProgress()
+			}
+		}
+	}()
+	return func() { close(done); <-stopped }
 }
 
 // maxHandoffs bounds how often a job is passed on between workers that

@@ -65,6 +65,7 @@ func TestFarmWorkersRunEveryJobOnce(t *testing.T) {
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	outcomes := map[string]string{}
+	opened := map[string]int{} // indexes opened by the three workers, by where they came from
 	for i := range 3 {
 		repos := gitrepo.NewSet(l.ReposDir)
 		defer repos.Close()
@@ -73,7 +74,14 @@ func TestFarmWorkersRunEveryJobOnce(t *testing.T) {
 			defer wg.Done()
 			err := Run(runCtx, Config{Bus: b, Repos: repos, Index: repoindex.BuildOptions{Language: pyparse.Python{}}, Policies: builtinPolicies(t), Concurrency: 4,
 				WorkerID: string(rune('a' + i)), Log: zerolog.Nop(),
-				OnJobSettled: func(id, outcome string) { mu.Lock(); outcomes[id] = outcome; mu.Unlock() }})
+				OnJobSettled: func(id, outcome string) { mu.Lock(); outcomes[id] = outcome; mu.Unlock() },
+				OnIndex: func(_ time.Duration, from string, err error) {
+					if err == nil {
+						mu.Lock()
+						opened[from]++
+						mu.Unlock()
+					}
+				}})
 			if err != nil {
 				t.Error(err)
 			}
@@ -133,6 +141,15 @@ func TestFarmWorkersRunEveryJobOnce(t *testing.T) {
 	}
 	if keys, _ := b.Workers.Keys(ctx); len(keys) != 0 {
 		t.Errorf("stopped workers still heartbeat: %v", keys)
+	}
+	// Each snapshot is built once across the three workers (no shared
+	// cache folder between them); the others fetch it from the farm.
+	snapshots := map[string]bool{}
+	for _, inst := range l.Instances {
+		snapshots[inst.Repo+"@"+inst.BaseCommit] = true
+	}
+	if opened[repoindex.SourceBuilt] != len(snapshots) || opened[repoindex.SourceCache] != 0 {
+		t.Errorf("indexes opened: %v; want %d built (one per snapshot), the rest fetched from the farm", opened, len(snapshots))
 	}
 }
 

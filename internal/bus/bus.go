@@ -33,6 +33,10 @@ const (
 	RunsBucket      = "a2farm-runs"
 	WorkersBucket   = "a2farm-workers"
 	PayloadStore    = "a2farm-payloads"
+	// IndexStore holds built snapshot indexes that workers share;
+	// IndexClaims holds who is building which, as expiring leases.
+	IndexStore  = "a2farm-indexes"
+	IndexClaims = "a2farm-index-claims"
 
 	jobsPrefix = "a2farm.jobs."
 	trajPrefix = "a2farm.trajectories."
@@ -64,12 +68,18 @@ type Config struct {
 	HeartbeatTTL time.Duration
 	// TrajMaxAge bounds the trajectory log (0: kept forever).
 	TrajMaxAge time.Duration
+	// IndexMaxAge bounds how long a shared index is kept after it is
+	// stored (0: kept forever); IndexMaxBytes bounds the store (0: no
+	// bound; a full store refuses new indexes, and workers then keep
+	// theirs to themselves).
+	IndexMaxAge   time.Duration
+	IndexMaxBytes int64
 }
 
 // DefaultConfig is the farm's default topology (docs/ARCHITECTURE.md, Defaults).
 func DefaultConfig() Config {
 	return Config{Replicas: 1, DedupWindow: time.Hour, AckWait: 60 * time.Second, MaxDeliver: 3,
-		MaxMsgSize: 8 << 20, HeartbeatTTL: 30 * time.Second}
+		MaxMsgSize: 8 << 20, HeartbeatTTL: 30 * time.Second, IndexMaxAge: 7 * 24 * time.Hour}
 }
 
 // Validate reports bad settings before anything touches the server.
@@ -100,7 +110,11 @@ type Bus struct {
 	Runs     jetstream.KeyValue
 	Workers  jetstream.KeyValue
 	Payloads jetstream.ObjectStore
-	codec    payloadCodec
+	// Indexes and IndexBuilds are nil on a farm created before they
+	// existed: workers then build every index themselves.
+	Indexes     jetstream.ObjectStore
+	IndexBuilds jetstream.KeyValue
+	codec       payloadCodec
 }
 
 // Open creates (or updates) every part of the topology; it is safe to
@@ -155,6 +169,19 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Bus, error)
 	}); err != nil {
 		return nil, fmt.Errorf("payload store: %w", err)
 	}
+	if b.Indexes, err = js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
+		Bucket: IndexStore, Storage: jetstream.FileStorage, Replicas: cfg.Replicas, TTL: cfg.IndexMaxAge,
+		MaxBytes: cfg.IndexMaxBytes,
+	}); err != nil {
+		return nil, fmt.Errorf("index store: %w", err)
+	}
+	if b.IndexBuilds, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		// Memory is enough: a claim outlives neither its builder nor, by
+		// much, its lease.
+		Bucket: IndexClaims, Storage: jetstream.MemoryStorage, Replicas: cfg.Replicas, TTL: IndexClaimTTL, History: 1,
+	}); err != nil {
+		return nil, fmt.Errorf("index claims: %w", err)
+	}
 	return b, nil
 }
 
@@ -186,10 +213,25 @@ func Attach(ctx context.Context, js jetstream.JetStream) (*Bus, error) {
 	if b.Payloads, err = js.ObjectStore(ctx, PayloadStore); err != nil {
 		return nil, fmt.Errorf("payload store: %w", err)
 	}
+	// A farm made by an older a2farm has no index store: its workers
+	// build every index themselves until `farm init` adds it.
+	var indexCfg jetstream.ObjectStoreConfig
+	if store, err := js.ObjectStore(ctx, IndexStore); err == nil {
+		if claims, err := js.KeyValue(ctx, IndexClaims); err == nil {
+			b.Indexes, b.IndexBuilds = store, claims
+			if st, err := store.Status(ctx); err == nil {
+				indexCfg.TTL = st.TTL()
+				if info, ok := st.(interface{ StreamInfo() *jetstream.StreamInfo }); ok {
+					indexCfg.MaxBytes = info.StreamInfo().Config.MaxBytes
+				}
+			}
+		}
+	}
 	cc := b.Consumer.CachedInfo().Config
 	sc := b.Traj.CachedInfo().Config
 	b.cfg = Config{Replicas: sc.Replicas, AckWait: cc.AckWait, MaxDeliver: cc.MaxDeliver, DedupWindow: sc.Duplicates,
-		MaxMsgSize: int(sc.MaxMsgSize) - 64<<10, TrajMaxAge: sc.MaxAge}
+		MaxMsgSize: int(sc.MaxMsgSize) - 64<<10, TrajMaxAge: sc.MaxAge, IndexMaxAge: indexCfg.TTL,
+		IndexMaxBytes: max(0, indexCfg.MaxBytes)}
 	if st, err := b.Workers.Status(ctx); err == nil {
 		b.cfg.HeartbeatTTL = st.TTL()
 	}
@@ -218,6 +260,8 @@ func Differences(have, want Config) []Difference {
 	add("max-msg-size", have.MaxMsgSize, want.MaxMsgSize)
 	add("heartbeat-ttl", have.HeartbeatTTL, want.HeartbeatTTL)
 	add("log-max-age", have.TrajMaxAge, want.TrajMaxAge)
+	add("index-max-age", have.IndexMaxAge, want.IndexMaxAge)
+	add("index-max-bytes", have.IndexMaxBytes, want.IndexMaxBytes)
 	return out
 }
 

@@ -134,6 +134,7 @@ func newWorkerCmd(e *env) *cobra.Command {
 	var reposDir, id string
 	var concurrency, keepIndexes int
 	var grace time.Duration
+	var localIndexes bool
 	cmd := &cobra.Command{
 		Use:   "worker --nats URL --repos DIR [--base-url URL | --endpoint MODEL=URL ...] [--concurrency C] [--cache DIR]",
 		Short: "Pull jobs, run episodes and publish trajectories (scale by starting more)",
@@ -165,8 +166,9 @@ func newWorkerCmd(e *env) *cobra.Command {
 			defer repos.Close()
 			e.log.Info().Int("concurrency", concurrency).Strs("policies", policies.Offers()).Msg("worker started")
 			return worker.Run(cmd.Context(), worker.Config{Bus: farm.bus, Repos: repos, Policies: policies, Index: opts,
-				Concurrency: concurrency, Grace: grace, KeepIndexes: keepIndexes, WorkerID: id, Version: version(), Log: e.log,
-				OnTrajectory: farm.metrics.ObserveTrajectory, OnIndexBuilt: farm.metrics.IndexBuilt})
+				Concurrency: concurrency, Grace: grace, KeepIndexes: keepIndexes, LocalIndexes: localIndexes, WorkerID: id,
+				Version: version(), Log: e.log,
+				OnTrajectory: farm.metrics.ObserveTrajectory, OnIndex: farm.metrics.IndexReady})
 		},
 	}
 	nf.bind(cmd)
@@ -178,6 +180,7 @@ func newWorkerCmd(e *env) *cobra.Command {
 	f.IntVar(&concurrency, "concurrency", 32, "episodes in flight")
 	f.DurationVar(&grace, "grace", 30*time.Second, "on SIGTERM, how long running episodes may finish before their jobs are handed back")
 	f.IntVar(&keepIndexes, "keep-indexes", 4, "snapshot indexes kept open after their last episode, for the next job on the same snapshot (0: none)")
+	f.BoolVar(&localIndexes, "local-indexes", false, "build every index here and share none; by default a snapshot is built by one worker of the farm and fetched by the rest")
 	f.StringVar(&id, "id", envOr("A2FARM_WORKER_ID", ""), "worker id (default host-pid)")
 	return cmd
 }

@@ -43,6 +43,8 @@ func (n *natsFlags) bindTopology(cmd *cobra.Command) {
 	f.IntVar(&n.cfg.MaxMsgSize, "max-msg-size", n.cfg.MaxMsgSize, "largest trajectory message; larger ones go through the object store")
 	f.DurationVar(&n.cfg.HeartbeatTTL, "heartbeat-ttl", n.cfg.HeartbeatTTL, "worker heartbeat lifetime")
 	f.DurationVar(&n.cfg.TrajMaxAge, "log-max-age", n.cfg.TrajMaxAge, "how long the trajectory log and its large payloads are kept (0: forever; the learner's archive is the durable copy)")
+	f.DurationVar(&n.cfg.IndexMaxAge, "index-max-age", n.cfg.IndexMaxAge, "how long a built index stays in the farm's shared index store (0: forever)")
+	f.Int64Var(&n.cfg.IndexMaxBytes, "index-max-bytes", n.cfg.IndexMaxBytes, "bound on the shared index store (0: none; when full, workers keep new indexes to themselves)")
 }
 
 // bindConnection binds only the connection flags, for commands that

@@ -34,6 +34,7 @@ type upOptions struct {
 	out, datasetPath, reposDir, runID string
 	httpAddr                          string
 	samples, workers, concurrency     int
+	localIndexes                      bool
 	run                               runFlags
 	endpoints                         endpointFlags
 	cache                             cacheFlags
@@ -65,6 +66,7 @@ after it until interrupted.`,
 	f.IntVar(&o.samples, "samples", 4, "rollouts per instance")
 	f.IntVar(&o.workers, "workers", 2, "workers in this process")
 	f.IntVar(&o.concurrency, "concurrency", 8, "episodes in flight per worker")
+	f.BoolVar(&o.localIndexes, "local-indexes", false, "every worker builds its own indexes instead of sharing them through the farm's store")
 	o.run.bind(cmd, "heuristic")
 	o.endpoints.bind(cmd)
 	o.metrics.bind(cmd)
@@ -174,8 +176,8 @@ func runUp(ctx context.Context, e *env, o *upOptions) error {
 	learnerOut := filepath.Join(o.out, "learner")
 	roles := startRoles(ctx, o.workers, func(ctx context.Context, i int) error {
 		return worker.Run(ctx, worker.Config{Bus: b, Repos: repos, Policies: p.policies, Index: p.index,
-			Concurrency: o.concurrency, WorkerID: fmt.Sprintf("up-%d", i), Version: version(), Log: e.log,
-			OnTrajectory: instruments.ObserveTrajectory, OnIndexBuilt: instruments.IndexBuilt})
+			Concurrency: o.concurrency, LocalIndexes: o.localIndexes, WorkerID: fmt.Sprintf("up-%d", i), Version: version(), Log: e.log,
+			OnTrajectory: instruments.ObserveTrajectory, OnIndex: instruments.IndexReady})
 	}, func(ctx context.Context, closed func()) error {
 		return learner.Serve(ctx, learner.ServiceConfig{Bus: b, Out: learnerOut, Learner: p.learn, Log: e.log,
 			OnGroupClosed: func(_ string, _ int64, _ string, _, rows int) {

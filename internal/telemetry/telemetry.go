@@ -31,6 +31,7 @@ type Metrics struct {
 	groups        prometheus.Counter
 	shardRows     prometheus.Counter
 	indexBuilds   *prometheus.HistogramVec
+	indexLoads    *prometheus.HistogramVec
 }
 
 // New makes the instruments in a fresh registry, with the Go runtime and
@@ -57,24 +58,32 @@ func New() *Metrics {
 		shardRows: prometheus.NewCounter(prometheus.CounterOpts{Name: "a2farm_shard_rows_total",
 			Help: "Training rows written to shards."}),
 		indexBuilds: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "a2farm_index_build_seconds",
-			Help:    "Snapshot index builds by a worker, by outcome (ok, error); many per snapshot mean --keep-indexes is too small.",
+			Help:    "Snapshot indexes a worker built itself, by outcome (ok, error); across the farm, about one per snapshot.",
 			Buckets: buckets}, []string{"outcome"}),
+		indexLoads: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "a2farm_index_load_seconds",
+			Help:    "Snapshot indexes a worker loaded instead of building: from its host's cache or the farm's shared store (cache, shared).",
+			Buckets: buckets}, []string{"from"}),
 	}
 	m.reg.MustRegister(m.episodes, m.turnLatency, m.toolLatency, m.policyLatency, m.policyErrors, m.tokens,
-		m.groups, m.shardRows, m.indexBuilds, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		m.groups, m.shardRows, m.indexBuilds, m.indexLoads, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 
 // Gatherer exposes the registry (tests, and embedding in another server).
 func (m *Metrics) Gatherer() prometheus.Gatherer { return m.reg }
 
-// IndexBuilt records one snapshot index build.
-func (m *Metrics) IndexBuilt(took time.Duration, err error) {
-	outcome := "ok"
-	if err != nil {
-		outcome = "error"
+// IndexReady records a snapshot index a worker opened, by where it came
+// from: "built" (or failed: err), or loaded from its host's "cache" or the
+// farm's "shared" store.
+func (m *Metrics) IndexReady(took time.Duration, from string, err error) {
+	switch {
+	case err != nil:
+		m.indexBuilds.WithLabelValues("error").Observe(took.Seconds())
+	case from == "built":
+		m.indexBuilds.WithLabelValues("ok").Observe(took.Seconds())
+	default:
+		m.indexLoads.WithLabelValues(from).Observe(took.Seconds())
 	}
-	m.indexBuilds.WithLabelValues(outcome).Observe(took.Seconds())
 }
 
 // ObserveTrajectory counts a finished episode and its turns.

@@ -79,8 +79,9 @@ func TestMetricsAndHealth(t *testing.T) {
 		}})
 	m.ObserveTrajectory(schema.Trajectory{Status: schema.StatusPolicyError})
 	m.GroupClosed(5)
-	m.IndexBuilt(300*time.Millisecond, nil)
-	m.IndexBuilt(time.Millisecond, errors.New("no such snapshot"))
+	m.IndexReady(300*time.Millisecond, "built", nil)
+	m.IndexReady(time.Millisecond, "", errors.New("no such snapshot"))
+	m.IndexReady(20*time.Millisecond, "shared", nil)
 
 	var unhealthy atomic.Bool
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -116,6 +117,7 @@ func TestMetricsAndHealth(t *testing.T) {
 		`a2farm_index_build_seconds_count{outcome="ok"} 1`,
 		`a2farm_index_build_seconds_sum{outcome="ok"} 0.3`,
 		`a2farm_index_build_seconds_count{outcome="error"} 1`,
+		`a2farm_index_load_seconds_count{from="shared"} 1`,
 		`a2farm_queue_pending 2`,
 		`a2farm_queue_in_flight 0`,
 		`a2farm_learner_backlog 2`,

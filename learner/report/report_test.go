@@ -207,3 +207,30 @@ func TestReportInABrowser(t *testing.T) {
 		browsertest.Screenshot(t, page, filepath.Join(dir, "report.png"), 1280, 2600)
 	}
 }
+
+// TestDeadLettersAreCountedNotCosted: an infra_error trajectory (what a
+// dead-lettered job leaves) counts as a dead letter with its reason, in
+// its series' infra errors, and nowhere in the labels or the cost.
+func TestDeadLettersAreCountedNotCosted(t *testing.T) {
+	srcs, opts := sources(t)
+	farm := srcs[0]
+	base, err := Build([]*Source{farm}, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := farm.Trajectories[0]
+	farm.Trajectories[0] = schema.Trajectory{JobID: dead.JobID, RunID: dead.RunID, InstanceID: dead.InstanceID,
+		Repo: dead.Repo, Sample: dead.Sample, Status: schema.StatusInfraError, Error: "job failed 3 deliveries",
+		FinishedAt: dead.FinishedAt}
+	r, err := Build([]*Source{farm}, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Farm.DeadLetters != 1 || r.Farm.DeadReasons["job failed 3 deliveries"] != 1 || r.Series[0].InfraErrors != 1 {
+		t.Errorf("farm %+v, series %+v: want one dead letter with its reason", r.Farm, r.Series[0])
+	}
+	if r.Series[0].Labeled != base.Series[0].Labeled-1 || r.Cost.Turns.N != base.Cost.Turns.N-1 {
+		t.Errorf("labelled %d, costed %d; want one fewer than %d, %d", r.Series[0].Labeled, r.Cost.Turns.N,
+			base.Series[0].Labeled, base.Cost.Turns.N)
+	}
+}

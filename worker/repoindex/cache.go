@@ -147,6 +147,15 @@ func (c *Cache) loadOrBuild(ctx context.Context, snap *gitrepo.Snapshot, repo st
 	if idx, ok := c.tryLoad(ctx, snap, repo, opts, dir); ok {
 		return idx, nil // built by another process while we waited
 	}
+	if opts.Shared != nil {
+		return c.fromShared(ctx, snap, repo, opts, dir)
+	}
+	return c.buildEntry(ctx, snap, repo, opts, dir)
+}
+
+// buildEntry builds a snapshot's index into a temporary folder and
+// installs it as the entry at dir.
+func (c *Cache) buildEntry(ctx context.Context, snap *gitrepo.Snapshot, repo string, opts BuildOptions, dir string) (*Index, error) {
 	tmp, err := os.MkdirTemp(filepath.Dir(dir), filepath.Base(dir)+".tmp-*")
 	if err != nil {
 		return nil, err

@@ -34,13 +34,20 @@ type Index struct {
 	Nodes  *codesearch.NodeSearch
 	// Engine ranks Chunks: codesearch.EngineBleve or codesearch.EngineBM25.
 	Engine string
-	// Cached is true when the index was loaded from the cache.
-	Cached bool
+	// Cached is true when the index was loaded from the cache; Fetched
+	// when that entry came from the farm's shared store.
+	Cached, Fetched bool
+	// ShareErr says why a freshly built index could not be stored for
+	// the farm's other workers (nil when it was, or when none is shared).
+	ShareErr error
 	// Timings says how long each part took to build or load.
 	Timings []Timing
 	// release frees what the index holds on disk (temporary folder,
 	// cache lock).
 	release []func() error
+	// blobs are the snapshot's source blobs, whose parse results a
+	// shared bundle carries.
+	blobs []string
 }
 
 // Timing is the build time of one index part.
@@ -60,6 +67,9 @@ type BuildOptions struct {
 	Engine string
 	// Cache, when set, keeps indexes on disk across runs and processes.
 	Cache *Cache
+	// Shared, when set (with a Cache), shares built indexes across the
+	// farm: a snapshot is built by one worker and fetched by the rest.
+	Shared Shared
 }
 
 // DefaultEngine is the chunk ranking used when none is chosen: bleve's
@@ -82,6 +92,25 @@ func (idx *Index) Close() error {
 	return first
 }
 
+// Where an index came from (Index.Source).
+const (
+	SourceBuilt  = "built"
+	SourceCache  = "cache"
+	SourceShared = "shared"
+)
+
+// Source says where the index came from: built here, loaded from the
+// host's cache, or fetched from the farm's shared store.
+func (idx *Index) Source() string {
+	switch {
+	case idx.Fetched:
+		return SourceShared
+	case idx.Cached:
+		return SourceCache
+	}
+	return SourceBuilt
+}
+
 func (idx *Index) timed(part string, start time.Time) {
 	idx.Timings = append(idx.Timings, Timing{part, time.Since(start)})
 }
@@ -94,6 +123,9 @@ func Build(ctx context.Context, repos *gitrepo.Set, repo, commit string, opts Bu
 	}
 	if opts.Language == nil {
 		return nil, errors.New("index: no language to parse the snapshot with")
+	}
+	if opts.Shared != nil && opts.Cache == nil {
+		return nil, errors.New("index: sharing indexes needs a cache folder to install them in")
 	}
 	if opts.Engine != codesearch.EngineBleve && opts.Engine != codesearch.EngineBM25 {
 		return nil, fmt.Errorf("unknown search engine %q (want %s or %s)", opts.Engine, codesearch.EngineBleve, codesearch.EngineBM25)
@@ -153,6 +185,9 @@ func (c *Cache) prepare(ctx context.Context, snap *gitrepo.Snapshot, repo string
 		return nil, nil, nil, fmt.Errorf("load %s@%s: %w", repo, snap.Commit(), err)
 	}
 	idx.timed("read", start)
+	for _, f := range src.Files {
+		idx.blobs = append(idx.blobs, f.Blob)
+	}
 	start = time.Now()
 	parsed, err := c.parseAll(ctx, opts.Language, src.Files)
 	if err != nil {

@@ -1,0 +1,230 @@
+package repoindex
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/klauspost/compress/zstd"
+
+	"github.com/a2farm/a2farm/internal/atomicfile"
+	"github.com/a2farm/a2farm/internal/gitrepo"
+)
+
+// Shared is a store of built indexes that the workers of a farm share, on
+// any host: bundles by key, and claims so that one worker builds a
+// snapshot while the others wait for its bundle. internal/bus implements
+// it over the NATS object store and a key-value bucket.
+type Shared interface {
+	// Get copies the bundle stored under key into w; found is false
+	// when none is stored.
+	Get(ctx context.Context, key string, w io.Writer) (found bool, err error)
+	// Put stores a bundle under key.
+	Put(ctx context.Context, key string, r io.Reader) error
+	// Claim takes the right to build key; held is false while another
+	// worker holds it. release frees a held claim.
+	Claim(ctx context.Context, key string) (held bool, release func(), err error)
+}
+
+// sharedPoll is how often a worker waiting for another's build looks for
+// its bundle (and whether the builder's claim lapsed).
+const sharedPoll = 250 * time.Millisecond
+
+// sharedKey names a snapshot's bundle by everything that makes its index.
+func sharedKey(repo, commit string, opts BuildOptions) string {
+	return fmt.Sprintf("v%d/%s/%s@%s/%s", Version, opts.Language.Name(), repo, commit, opts.Engine)
+}
+
+// fromShared gets a missing cache entry from the farm: a bundle another
+// worker stored, or — when this worker wins the claim — a build of its
+// own, which it then stores for the others. While another worker builds,
+// it waits for that bundle; if the builder dies, its claim lapses and a
+// waiter builds instead. Sharing failures never fail the index: the
+// worker builds for itself.
+func (c *Cache) fromShared(ctx context.Context, snap *gitrepo.Snapshot, repo string, opts BuildOptions, dir string) (*Index, error) {
+	key := sharedKey(repo, snap.Commit(), opts)
+	fetch := func() (*Index, bool) {
+		if found, err := c.fetch(ctx, opts.Shared, key, dir); err != nil || !found {
+			return nil, false
+		}
+		idx, ok := c.tryLoad(ctx, snap, repo, opts, dir)
+		if ok {
+			idx.Fetched = true
+		}
+		return idx, ok
+	}
+	for {
+		if idx, ok := fetch(); ok {
+			return idx, nil
+		}
+		held, release, err := opts.Shared.Claim(ctx, key)
+		if err != nil {
+			return c.buildEntry(ctx, snap, repo, opts, dir)
+		}
+		if held {
+			// The bundle may have landed between the look and the claim.
+			if idx, ok := fetch(); ok {
+				release()
+				return idx, nil
+			}
+			idx, err := c.buildEntry(ctx, snap, repo, opts, dir)
+			if err == nil {
+				idx.ShareErr = c.share(ctx, opts.Shared, key, dir, idx.blobs)
+			}
+			release()
+			return idx, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(sharedPoll):
+		}
+	}
+}
+
+// A bundle is a zstd-compressed tar of the cache entry's files under
+// entry/ and the parse results of the snapshot's files under parse/.
+const (
+	bundleEntry = "entry/"
+	bundleParse = "parse/"
+)
+
+// share stores the entry at dir, with the parse results of blobs, under
+// key.
+func (c *Cache) share(ctx context.Context, s Shared, key, dir string, blobs []string) error {
+	var buf bytes.Buffer
+	zw, err := zstd.NewWriter(&buf, zstd.WithEncoderLevel(zstd.SpeedFastest))
+	if err != nil {
+		return err
+	}
+	tw := tar.NewWriter(zw)
+	add := func(name, file string) error {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			return err
+		}
+		if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(data))}); err != nil {
+			return err
+		}
+		_, err = tw.Write(data)
+		return err
+	}
+	err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		rel, err := filepath.Rel(dir, p)
+		if err != nil {
+			return err
+		}
+		return add(bundleEntry+filepath.ToSlash(rel), p)
+	})
+	if err != nil {
+		return fmt.Errorf("bundle %s: %w", key, err)
+	}
+	for _, blob := range blobs {
+		if err := add(bundleParse+blob+".gob", c.parsePath(blob)); err != nil {
+			return fmt.Errorf("bundle %s: %w", key, err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return err
+	}
+	if err := zw.Close(); err != nil {
+		return err
+	}
+	return s.Put(ctx, key, &buf)
+}
+
+// fetch installs the bundle stored under key as the entry at dir (and
+// its parse results); found is false when no bundle is stored.
+func (c *Cache) fetch(ctx context.Context, s Shared, key, dir string) (found bool, err error) {
+	var buf bytes.Buffer
+	if found, err := s.Get(ctx, key, &buf); err != nil || !found {
+		return false, err
+	}
+	zr, err := zstd.NewReader(&buf)
+	if err != nil {
+		return false, err
+	}
+	defer zr.Close()
+	tmp, err := os.MkdirTemp(filepath.Dir(dir), filepath.Base(dir)+".tmp-*")
+	if err != nil {
+		return false, err
+	}
+	defer os.RemoveAll(tmp)
+	tr := tar.NewReader(zr)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return false, fmt.Errorf("bundle %s: %w", key, err)
+		}
+		if err := c.unbundle(h, tr, tmp); err != nil {
+			return false, fmt.Errorf("bundle %s: %w", key, err)
+		}
+	}
+	if _, err := readMeta(tmp); err != nil {
+		return false, fmt.Errorf("bundle %s has no entry: %w", key, err)
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return false, err
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		return false, fmt.Errorf("install bundle %s: %w", key, err)
+	}
+	return true, nil
+}
+
+// unbundle writes one bundle member: an entry file under tmp, or a parse
+// result into the blob cache. Names that would leave either are refused.
+func (c *Cache) unbundle(h *tar.Header, r io.Reader, tmp string) error {
+	if h.Typeflag != tar.TypeReg {
+		return fmt.Errorf("member %q is not a regular file", h.Name)
+	}
+	clean := path.Clean(h.Name)
+	if clean != h.Name || strings.HasPrefix(clean, "../") || path.IsAbs(clean) {
+		return fmt.Errorf("member %q: bad name", h.Name)
+	}
+	switch {
+	case strings.HasPrefix(clean, bundleEntry):
+		dst := filepath.Join(tmp, filepath.FromSlash(strings.TrimPrefix(clean, bundleEntry)))
+		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			return err
+		}
+		f, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+		if err != nil {
+			return err
+		}
+		if _, err := io.Copy(f, r); err != nil {
+			f.Close()
+			return err
+		}
+		return f.Close()
+	case strings.HasPrefix(clean, bundleParse):
+		blob := strings.TrimSuffix(strings.TrimPrefix(clean, bundleParse), ".gob")
+		if len(blob) < 3 || strings.ContainsAny(blob, "/.") {
+			return fmt.Errorf("member %q: bad blob id", h.Name)
+		}
+		dst := c.parsePath(blob)
+		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			return err
+		}
+		return atomicfile.WriteCache(dst, func(w io.Writer) error {
+			_, err := io.Copy(w, r)
+			return err
+		})
+	}
+	return fmt.Errorf("member %q: neither entry nor parse result", h.Name)
+}

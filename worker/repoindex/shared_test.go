@@ -1,0 +1,155 @@
+package repoindex
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/a2farm/a2farm/internal/bus"
+	"github.com/a2farm/a2farm/internal/checkfor"
+	"github.com/a2farm/a2farm/internal/natstest"
+	"github.com/a2farm/a2farm/internal/pyparse"
+)
+
+// hosts are workers on separate machines: each its own cache folder, all
+// one farm's shared index store (a real JetStream).
+func hosts(t *testing.T, n int) (*bus.Bus, []BuildOptions) {
+	t.Helper()
+	_, js := natstest.New(t)
+	b, err := bus.Open(context.Background(), js, bus.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []BuildOptions
+	for i := range n {
+		cache, err := OpenCache(t.TempDir(), 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		shared, ok := b.SharedIndexes("host-" + string(rune('a'+i)))
+		if !ok {
+			t.Fatal("the farm has no shared index store")
+		}
+		out = append(out, BuildOptions{Language: pyparse.Python{}, Cache: cache, Shared: shared})
+	}
+	return b, out
+}
+
+// TestSharedIndexIsBuiltOnceAcrossHosts: four hosts open the same snapshot
+// at once; one builds it, the others fetch its bundle, and every copy is
+// the same index.
+func TestSharedIndexIsBuiltOnceAcrossHosts(t *testing.T) {
+	repos, first, _ := twoCommits(t)
+	_, opts := hosts(t, 4)
+	results := make([]*Index, len(opts))
+	errs := make([]error, len(opts))
+	var wg sync.WaitGroup
+	for i := range opts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i], errs[i] = Build(context.Background(), repos, "o/r", first, opts[i])
+		}()
+	}
+	wg.Wait()
+	built, fetched := 0, 0
+	for i, idx := range results {
+		if errs[i] != nil {
+			t.Fatal(errs[i])
+		}
+		defer idx.Close()
+		switch {
+		case idx.Fetched:
+			fetched++
+		case !idx.Cached:
+			built++
+			if idx.ShareErr != nil {
+				t.Errorf("the builder could not share: %v", idx.ShareErr)
+			}
+		}
+	}
+	if built != 1 || fetched != 3 {
+		t.Fatalf("%d built and %d fetched, want 1 and 3", built, fetched)
+	}
+	want := results[0]
+	for _, idx := range results[1:] {
+		if len(idx.Graph.Nodes) != len(want.Graph.Nodes) || len(idx.Graph.Edges) != len(want.Graph.Edges) ||
+			len(idx.Chunks.Chunks) != len(want.Chunks.Chunks) || len(idx.Commits.Commits) != len(want.Commits.Commits) {
+			t.Errorf("a copy differs: %d/%d nodes, %d/%d edges, %d/%d chunks", len(idx.Graph.Nodes), len(want.Graph.Nodes),
+				len(idx.Graph.Edges), len(want.Graph.Edges), len(idx.Chunks.Chunks), len(want.Chunks.Chunks))
+		}
+		if hits, err := idx.Chunks.Search(idx.Engine, "cleanup", 3); err != nil || len(hits) == 0 {
+			t.Errorf("search on a fetched index: %v, %v", hits, err)
+		}
+	}
+}
+
+// TestSharedIndexBuilderDies: while another holds the claim, a worker
+// waits rather than build; when the claim lapses (its holder died without
+// storing a bundle), the waiter builds and shares.
+func TestSharedIndexBuilderDies(t *testing.T) {
+	repos, first, _ := twoCommits(t)
+	b, opts := hosts(t, 1)
+	key := sharedKey("o/r", first, BuildOptions{Language: pyparse.Python{}, Engine: DefaultEngine})
+	dead, _ := b.SharedIndexes("dead-host")
+	held, _, err := dead.Claim(context.Background(), key) // never released: its holder "dies"
+	if err != nil || !held {
+		t.Fatalf("claim: %v %v", held, err)
+	}
+	done := make(chan *Index, 1)
+	go func() {
+		idx, err := Build(context.Background(), repos, "o/r", first, opts[0])
+		if err != nil {
+			t.Error(err)
+		}
+		done <- idx
+	}()
+	select {
+	case <-done:
+		t.Fatal("the waiter built while another worker held the claim")
+	case <-time.After(3 * sharedPoll):
+	}
+	// The lease lapses: what the bucket's TTL does after IndexClaimTTL.
+	keys, err := b.IndexBuilds.Keys(context.Background())
+	if err != nil || len(keys) != 1 {
+		t.Fatalf("claims: %v %v", keys, err)
+	}
+	if err := b.IndexBuilds.Purge(context.Background(), keys[0]); err != nil {
+		t.Fatal(err)
+	}
+	idx := <-done
+	if idx == nil {
+		return
+	}
+	defer idx.Close()
+	if idx.Cached || idx.ShareErr != nil {
+		t.Errorf("the waiter did not build and share: cached %v, share error %v", idx.Cached, idx.ShareErr)
+	}
+	checkfor.Within(t, 5*time.Second, 50*time.Millisecond, func() error {
+		var buf bytes.Buffer
+		shared, _ := b.SharedIndexes("reader")
+		if found, err := shared.Get(context.Background(), key, &buf); err != nil || !found || buf.Len() == 0 {
+			return errNotYet
+		}
+		return nil
+	})
+}
+
+var errNotYet = errors.New("the bundle is not stored yet")
+
+// TestBundleRefusesEscapingNames: a bundle cannot write outside the cache.
+func TestBundleRefusesEscapingNames(t *testing.T) {
+	cache, err := OpenCache(t.TempDir(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"entry/../../x", "parse/../../x.gob", "/etc/passwd", "other/x", "parse/a/b.gob"} {
+		if err := cache.unbundle(&tar.Header{Name: name, Typeflag: tar.TypeReg}, bytes.NewReader(nil), t.TempDir()); err == nil {
+			t.Errorf("member %q was accepted", name)
+		}
+	}
+}
