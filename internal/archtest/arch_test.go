@@ -1,6 +1,8 @@
 package archtest
 
 import (
+	"go/ast"
+	"go/build/constraint"
 	"go/parser"
 	"go/token"
 	"io/fs"
@@ -20,6 +22,22 @@ type pkg struct {
 	imports map[string]bool // non-test imports
 	hasDoc  bool
 	cgo     bool
+}
+
+// ignored reports whether a file is excluded from every build by the
+// "ignore" build tag, the convention for scripts run with go run.
+func ignored(f *ast.File) bool {
+	for _, cg := range f.Comments {
+		if cg.Pos() > f.Package {
+			break
+		}
+		for _, c := range cg.List {
+			if expr, err := constraint.Parse(c.Text); err == nil {
+				return !expr.Eval(func(tag string) bool { return tag != "ignore" })
+			}
+		}
+	}
+	return false
 }
 
 func loadPackages(t *testing.T) map[string]*pkg {
@@ -46,6 +64,9 @@ func loadPackages(t *testing.T) map[string]*pkg {
 		f, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.ImportsOnly|parser.ParseComments)
 		if err != nil {
 			return err
+		}
+		if ignored(f) {
+			return nil // a standalone program (go run file.go), in no package
 		}
 		rel, _ := filepath.Rel(root, filepath.Dir(path))
 		ip := module

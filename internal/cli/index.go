@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"github.com/a2farm/a2farm/internal/lang"
+	"runtime"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -133,19 +134,19 @@ one {"src","dst","type"} line per edge. Parallel edges are kept.`,
 			}
 			defer repos.Close()
 			start := time.Now()
-			src, err := codegraph.LoadSnapshot(cmd.Context(), e.language, sf.repo, snap)
+			src, parsed, err := codegraph.ParseSnapshot(cmd.Context(), e.language, sf.repo, snap)
 			if err != nil {
 				return err
 			}
-			loaded := time.Since(start)
-			parsed, err := codegraph.ParseAll(cmd.Context(), e.language, src.Files)
-			if err != nil {
-				return err
-			}
+			parse := time.Since(start)
 			g := codegraph.BuildGraph(e.language, src.Files, parsed)
+			build := time.Since(start) - parse
 			e.log.Info().Int("files", len(src.Files)).Int("skipped", len(src.Skipped)).
 				Int("nodes", len(g.Nodes)).Int("edges", len(g.Edges)).
-				Str("read", loaded.Round(time.Millisecond).String()).
+				Str("read", src.ReadTime.Round(time.Millisecond).String()).
+				Str("read_and_parse", parse.Round(time.Millisecond).String()).
+				Str("graph", build.Round(time.Millisecond).String()).
+				Int("parsers", runtime.GOMAXPROCS(0)).
 				Str("total", time.Since(start).Round(time.Millisecond).String()).Msg("graph built")
 			if err := g.WriteJSONLines(e.stdout); err != nil {
 				return fmt.Errorf("write graph: %w", err)

@@ -247,11 +247,17 @@ func TestMultiProcessFarmSurvivesAKilledWorker(t *testing.T) {
 		for _, want := range []string{
 			fmt.Sprintf(`a2farm_episodes_total{status="ok"} %d`, byW2),
 			"a2farm_queue_pending 0",
-			`a2farm_index_build_seconds_count{outcome="ok"} 1`,
 		} {
 			if !hasLine(m, want) {
 				return fmt.Errorf("worker metrics lack the line %q:\n%s", want, grepLines(m, "a2farm_"))
 			}
+		}
+		// The sample is one snapshot: w2 opened its index once, built by
+		// itself or fetched from the farm's store, where w1 shared it.
+		built := hasLine(m, `a2farm_index_build_seconds_count{outcome="ok"} 1`)
+		fetched := hasLine(m, `a2farm_index_load_seconds_count{from="shared"} 1`)
+		if built == fetched {
+			return fmt.Errorf("w2 should have built or fetched the one index, once:\n%s", grepLines(m, "a2farm_index"))
 		}
 		return nil
 	})

@@ -169,6 +169,11 @@ func (p *Parser) Parse(path string, src []byte) (*File, error) {
 	if p.parser == nil {
 		return nil, ErrClosed
 	}
+	return p.parse(path, blankNumberTables(src))
+}
+
+// parse extracts the structure of src as given.
+func (p *Parser) parse(path string, src []byte) (*File, error) {
 	tree := p.parser.Parse(src, nil)
 	if tree == nil {
 		return nil, fmt.Errorf("pyparse: %s: parser returned no tree", path)

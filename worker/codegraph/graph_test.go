@@ -2,12 +2,15 @@ package codegraph_test
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/a2farm/a2farm/internal/gitrepo"
 	"github.com/a2farm/a2farm/internal/golden"
 	"github.com/a2farm/a2farm/internal/pyparse"
 	"github.com/a2farm/a2farm/internal/repogen"
@@ -194,5 +197,51 @@ func TestSnapshotSkipsLinksAndUndecodableFiles(t *testing.T) {
 	}
 	if !slices.Equal(paths, []string{"pkg/ok.py"}) || !slices.Equal(src.Skipped, []string{"pkg/latin1.py"}) {
 		t.Errorf("files %q, skipped %q; want only pkg/ok.py, with pkg/latin1.py skipped", paths, src.Skipped)
+	}
+}
+
+// TestParseSnapshotMatchesLoadThenParse: parsing each file as it is read
+// gives what reading everything, then parsing, gives — same files, same
+// order, same parse results, same skipped files.
+func TestParseSnapshotMatchesLoadThenParse(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "o__r")
+	r, err := repogen.Init(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]string{"pkg/latin1.py": "s = '\xe9t\xe9'\n"}
+	for k, v := range graphtest.Files {
+		files[k] = v
+	}
+	commit, err := r.Commit("", repogen.Change{Message: "m", Write: files})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := pyparse.Python{}
+	want := graphtest.Snapshot(t, l, dir, commit)
+	wantParsed, err := codegraph.ParseAll(context.Background(), l, want.Files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	repo, err := gitrepo.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer repo.Close()
+	snap, err := repo.At(commit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, parsed, err := codegraph.ParseSnapshot(context.Background(), l, "o/r", snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got.ReadTime, want.ReadTime = 0, 0
+	if !reflect.DeepEqual(got, want) || !reflect.DeepEqual(parsed, wantParsed) {
+		t.Errorf("ParseSnapshot differs from LoadSnapshot then ParseAll: %d files (%v skipped) against %d (%v)",
+			len(got.Files), got.Skipped, len(want.Files), want.Skipped)
+	}
+	if len(want.Skipped) != 1 {
+		t.Errorf("skipped %v, want the latin-1 file", want.Skipped)
 	}
 }

@@ -1,11 +1,17 @@
 package codegraph
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"path"
+	"runtime"
+	"slices"
 	"strings"
+	"time"
 	"unicode/utf8"
+
+	"golang.org/x/sync/errgroup"
 
 	"github.com/a2farm/a2farm/internal/gitrepo"
 	"github.com/a2farm/a2farm/internal/lang"
@@ -26,6 +32,8 @@ type Snapshot struct {
 	Files []SourceFile
 	// Skipped lists files left out because they are not valid UTF-8.
 	Skipped []string
+	// ReadTime is how long reading the sources from git objects took.
+	ReadTime time.Duration
 }
 
 // IsSourcePath reports whether the graph indexes a path: files the
@@ -48,7 +56,9 @@ func LoadSnapshot(ctx context.Context, l lang.Language, repo string, snap *gitre
 	if err != nil {
 		return nil, err
 	}
+	start := time.Now()
 	s := &Snapshot{Repo: repo, Commit: snap.Commit()}
+	defer func() { s.ReadTime = time.Since(start) }()
 	blobs := snap.Repo()
 	for _, e := range entries {
 		if err := ctx.Err(); err != nil {
@@ -65,4 +75,78 @@ func LoadSnapshot(ctx context.Context, l lang.Language, repo string, snap *gitre
 		s.Files = append(s.Files, SourceFile{Path: e.Path, Blob: e.Blob, Content: data})
 	}
 	return s, nil
+}
+
+// ParseSnapshot reads the sources of snap that l indexes, as LoadSnapshot
+// does, and parses them, each as soon as it is read: the repository
+// serialises reads, so one goroutine reads while a parser per CPU works
+// through what has arrived. parsed[i] belongs to the snapshot's Files[i].
+func ParseSnapshot(ctx context.Context, l lang.Language, repo string, snap *gitrepo.Snapshot) (*Snapshot, []*lang.File, error) {
+	entries, err := snap.Files(func(p string) bool { return IsSourcePath(l, p) })
+	if err != nil {
+		return nil, nil, err
+	}
+	files := make([]SourceFile, len(entries))
+	parsed := make([]*lang.File, len(entries))
+	valid := make([]bool, len(entries))
+	read := make(chan int, len(entries))
+	g, ctx := errgroup.WithContext(ctx)
+	start := time.Now()
+	var readTime time.Duration
+	g.Go(func() error {
+		defer close(read)
+		defer func() { readTime = time.Since(start) }()
+		blobs := snap.Repo()
+		// Largest first: a big file read last would leave one parser
+		// working alone at the end.
+		order := make([]int, len(entries))
+		for i := range order {
+			order[i] = i
+		}
+		slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(entries[b].Size, entries[a].Size) })
+		for _, i := range order {
+			e := entries[i]
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			data, err := blobs.ReadBlob(e.Blob)
+			if err != nil {
+				return fmt.Errorf("read %s: %w", e.Path, err)
+			}
+			files[i] = SourceFile{Path: e.Path, Blob: e.Blob, Content: data}
+			if valid[i] = utf8.Valid(data); valid[i] {
+				read <- i
+			}
+		}
+		return nil
+	})
+	for range max(1, runtime.GOMAXPROCS(0)) {
+		g.Go(func() error {
+			p, err := l.NewParser()
+			if err != nil {
+				return err
+			}
+			defer p.Close()
+			for i := range read {
+				if parsed[i], err = p.Parse(files[i].Path, files[i].Content); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, nil, err
+	}
+	s := &Snapshot{Repo: repo, Commit: snap.Commit(), ReadTime: readTime}
+	out := parsed[:0]
+	for i, f := range files {
+		if !valid[i] {
+			s.Skipped = append(s.Skipped, f.Path)
+			continue
+		}
+		s.Files = append(s.Files, f)
+		out = append(out, parsed[i])
+	}
+	return s, out, nil
 }

@@ -180,20 +180,29 @@ func build(ctx context.Context, snap *gitrepo.Snapshot, repo string, opts BuildO
 func (c *Cache) prepare(ctx context.Context, snap *gitrepo.Snapshot, repo string, opts BuildOptions) (*Index, *codegraph.Snapshot, []*lang.File, error) {
 	idx := &Index{Repo: repo, Commit: snap.Commit(), Engine: opts.Engine}
 	start := time.Now()
-	src, err := codegraph.LoadSnapshot(ctx, opts.Language, repo, snap)
-	if err != nil {
-		return nil, nil, nil, fmt.Errorf("load %s@%s: %w", repo, snap.Commit(), err)
+	var src *codegraph.Snapshot
+	var parsed []*lang.File
+	var err error
+	if c == nil {
+		// Nothing cached to reuse: parse each file as it is read.
+		if src, parsed, err = codegraph.ParseSnapshot(ctx, opts.Language, repo, snap); err != nil {
+			return nil, nil, nil, fmt.Errorf("load %s@%s: %w", repo, snap.Commit(), err)
+		}
+		idx.Timings = append(idx.Timings, Timing{"read", src.ReadTime}, Timing{"parse", time.Since(start) - src.ReadTime})
+	} else {
+		if src, err = codegraph.LoadSnapshot(ctx, opts.Language, repo, snap); err != nil {
+			return nil, nil, nil, fmt.Errorf("load %s@%s: %w", repo, snap.Commit(), err)
+		}
+		idx.timed("read", start)
+		start = time.Now()
+		if parsed, err = c.parseAll(ctx, opts.Language, src.Files); err != nil {
+			return nil, nil, nil, err
+		}
+		idx.timed("parse", start)
 	}
-	idx.timed("read", start)
 	for _, f := range src.Files {
 		idx.blobs = append(idx.blobs, f.Blob)
 	}
-	start = time.Now()
-	parsed, err := c.parseAll(ctx, opts.Language, src.Files)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	idx.timed("parse", start)
 	start = time.Now()
 	idx.Graph = codegraph.BuildGraph(opts.Language, src.Files, parsed)
 	idx.timed("graph", start)
