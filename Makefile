@@ -53,6 +53,10 @@ bench: ## run the benchmarks (see docs/BENCHMARKS.md); set A2FARM_BENCH_PYFILE f
 	@mkdir -p $(RUN_DIR)
 	$(GO) test -run '^$$' -bench . -benchmem -count 1 ./... | tee $(BENCH_OUT)
 
+.PHONY: bench-scale
+bench-scale: ## a farm past one machine's worth of workers on loopback: 32 worker processes × 64 episodes against one NATS server and a latency-only policy (docs/SCALING.md)
+	A2FARM_BENCH_SCALE=1 $(GO) test ./internal/cli -run '^$$' -bench Scale -benchtime 1x -timeout 60m -v | tee $(RUN_DIR)/bench-scale.txt
+
 .PHONY: bench-farm-split
 bench-farm-split: ## farm vs localize with the worker on its own core and the NATS server on another (needs taskset)
 	scripts/bench-farm-split.sh

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -333,15 +334,26 @@ func (b *Bus) PublishJob(ctx context.Context, job schema.Job) error {
 	if err := checkJob(job); err != nil {
 		return err
 	}
+	if err := b.queueJob(ctx, job, job.JobID); err != nil {
+		return fmt.Errorf("publish job %s: %w", job.JobID, err)
+	}
+	return nil
+}
+
+// PublishedHeader carries the time a job was queued (Unix nanoseconds, the
+// publisher's clock), for measuring how long jobs wait for a worker.
+const PublishedHeader = "A2farm-Published"
+
+// queueJob publishes job on its run's subject under msgID.
+func (b *Bus) queueJob(ctx context.Context, job schema.Job, msgID string) error {
 	data, err := json.Marshal(job)
 	if err != nil {
 		return err
 	}
-	_, err = b.js.Publish(ctx, jobsPrefix+subjectToken(job.RunID), data, jetstream.WithMsgID(job.JobID))
-	if err != nil {
-		return fmt.Errorf("publish job %s: %w", job.JobID, err)
-	}
-	return nil
+	msg := &nats.Msg{Subject: jobsPrefix + subjectToken(job.RunID), Data: data,
+		Header: nats.Header{PublishedHeader: {strconv.FormatInt(time.Now().UnixNano(), 10)}}}
+	_, err = b.js.PublishMsg(ctx, msg, jetstream.WithMsgID(msgID))
+	return err
 }
 
 // PublishJobAttempt re-queues a job for another attempt: the message id
@@ -350,13 +362,7 @@ func (b *Bus) PublishJobAttempt(ctx context.Context, job schema.Job) error {
 	if err := checkJob(job); err != nil {
 		return err
 	}
-	data, err := json.Marshal(job)
-	if err != nil {
-		return err
-	}
-	_, err = b.js.Publish(ctx, jobsPrefix+subjectToken(job.RunID), data,
-		jetstream.WithMsgID(fmt.Sprintf("%s#%d", job.JobID, job.Attempt)))
-	if err != nil {
+	if err := b.queueJob(ctx, job, fmt.Sprintf("%s#%d", job.JobID, job.Attempt)); err != nil {
 		return fmt.Errorf("publish job %s: %w", job.JobID, err)
 	}
 	return nil
@@ -368,13 +374,7 @@ func (b *Bus) PublishJobAttempt(ctx context.Context, job schema.Job) error {
 // the original only after this returns.
 func (b *Bus) HandOff(ctx context.Context, job schema.Job) error {
 	job.Handoffs++
-	data, err := json.Marshal(job)
-	if err != nil {
-		return err
-	}
-	_, err = b.js.Publish(ctx, jobsPrefix+subjectToken(job.RunID), data,
-		jetstream.WithMsgID(fmt.Sprintf("%s#%d/handoff-%d", job.JobID, max(job.Attempt, 1), job.Handoffs)))
-	if err != nil {
+	if err := b.queueJob(ctx, job, fmt.Sprintf("%s#%d/handoff-%d", job.JobID, max(job.Attempt, 1), job.Handoffs)); err != nil {
 		return fmt.Errorf("hand off job %s: %w", job.JobID, err)
 	}
 	return nil

@@ -6,6 +6,7 @@ import (
 	"github.com/a2farm/a2farm/internal/checkfor"
 	"math/rand/v2"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -103,6 +104,11 @@ func TestJobsAreDeduplicatedByID(t *testing.T) {
 		got, err := DecodeJob(msg)
 		if err != nil || got.JobID != job.JobID {
 			t.Errorf("job = %+v, %v", got, err)
+		}
+		// The first publish's time rides along, for queue-wait measures.
+		ns, err := strconv.ParseInt(msg.Headers().Get(PublishedHeader), 10, 64)
+		if age := time.Since(time.Unix(0, ns)); err != nil || age < 0 || age > time.Minute {
+			t.Errorf("published header %q: %v, %s old", msg.Headers().Get(PublishedHeader), err, age)
 		}
 	}
 	if _, inFlight, _ := b.QueueDepth(ctx); inFlight != 1 {

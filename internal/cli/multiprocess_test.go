@@ -20,7 +20,7 @@ import (
 )
 
 // buildBinary compiles a2farm once for the multi-process tests.
-func buildBinary(t *testing.T) string {
+func buildBinary(t testing.TB) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "a2farm")
 	cmd := exec.Command("go", "build", "-o", bin, "../../cmd/a2farm")
@@ -30,7 +30,12 @@ func buildBinary(t *testing.T) string {
 	return bin
 }
 
-func freePort(t *testing.T) int { return natstest.FreePort(t) }
+func freePort(t testing.TB) int { return natstest.FreePort(t) }
+
+// runBin runs the binary to completion and returns its output.
+func runBin(bin string, args ...string) ([]byte, error) {
+	return exec.Command(bin, args...).CombinedOutput()
+}
 
 // output collects a process's output; the process writes it from exec's
 // copying goroutine while the test reads it.
@@ -58,7 +63,7 @@ type proc struct {
 
 // waitFor waits until the process has printed text, failing the test if
 // it exits first or takes longer than a few seconds.
-func (p *proc) waitFor(t *testing.T, text string) {
+func (p *proc) waitFor(t testing.TB, text string) {
 	t.Helper()
 	checkfor.Within(t, 10*time.Second, 20*time.Millisecond, func() error {
 		if strings.Contains(p.out.String(), text) {
@@ -71,7 +76,7 @@ func (p *proc) waitFor(t *testing.T, text string) {
 	})
 }
 
-func start(t *testing.T, bin string, env []string, args ...string) *proc {
+func start(t testing.TB, bin string, env []string, args ...string) *proc {
 	t.Helper()
 	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), env...)

@@ -37,9 +37,16 @@ func (s *ScriptedServer) Episodes() (begun, finished int64) {
 // finish naming inventory/models.py. The turn is read from the number of
 // assistant messages in the request. The server closes with the test.
 func Scripted(tb testing.TB, delay time.Duration) *ScriptedServer {
+	return ScriptedDelays(tb, func() time.Duration { return delay })
+}
+
+// ScriptedDelays is Scripted with a delay drawn for every call, such as
+// a GPU server's per-turn latency distribution (delay must be safe for
+// concurrent use).
+func ScriptedDelays(tb testing.TB, delay func() time.Duration) *ScriptedServer {
 	s := &ScriptedServer{}
 	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		time.Sleep(delay)
+		time.Sleep(delay())
 		var req struct {
 			Messages []struct {
 				Role string `json:"role"`
