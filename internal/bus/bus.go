@@ -62,6 +62,11 @@ type Config struct {
 	// redelivery; MaxDeliver the attempts before a job is dead.
 	AckWait    time.Duration
 	MaxDeliver int
+	// MaxInFlight bounds the jobs delivered and not yet acknowledged
+	// across the whole farm: it must exceed the sum of the workers'
+	// concurrency, or slots idle while jobs wait (the server's default
+	// of 1,000 did exactly that to a 2,048-episode farm).
+	MaxInFlight int
 	// MaxMsgSize bounds a trajectory message; larger payloads go through
 	// the object store.
 	MaxMsgSize int
@@ -79,7 +84,7 @@ type Config struct {
 
 // DefaultConfig is the farm's default topology (docs/ARCHITECTURE.md, Defaults).
 func DefaultConfig() Config {
-	return Config{Replicas: 1, DedupWindow: time.Hour, AckWait: 60 * time.Second, MaxDeliver: 3,
+	return Config{Replicas: 1, DedupWindow: time.Hour, AckWait: 60 * time.Second, MaxDeliver: 3, MaxInFlight: 100_000,
 		MaxMsgSize: 8 << 20, HeartbeatTTL: 30 * time.Second, IndexMaxAge: 7 * 24 * time.Hour}
 }
 
@@ -92,6 +97,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("dedup window must be at least a minute, got %s", c.DedupWindow)
 	case c.AckWait < time.Second || c.MaxDeliver < 1:
 		return fmt.Errorf("ack wait must be >= 1s and max deliver >= 1, got %s and %d", c.AckWait, c.MaxDeliver)
+	case c.MaxInFlight < 1:
+		return fmt.Errorf("max in flight must be >= 1, got %d", c.MaxInFlight)
 	case c.MaxMsgSize < 1024:
 		return fmt.Errorf("max message size must be >= 1 KiB, got %d", c.MaxMsgSize)
 	case c.HeartbeatTTL < time.Second:
@@ -147,7 +154,7 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Bus, error)
 	}
 	if b.Consumer, err = b.Jobs.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
 		Durable: WorkersConsumer, AckPolicy: jetstream.AckExplicitPolicy, AckWait: cfg.AckWait,
-		MaxDeliver: cfg.MaxDeliver, Replicas: cfg.Replicas,
+		MaxDeliver: cfg.MaxDeliver, MaxAckPending: cfg.MaxInFlight, Replicas: cfg.Replicas,
 	}); err != nil {
 		return nil, fmt.Errorf("workers consumer: %w", err)
 	}
@@ -230,8 +237,9 @@ func Attach(ctx context.Context, js jetstream.JetStream) (*Bus, error) {
 	}
 	cc := b.Consumer.CachedInfo().Config
 	sc := b.Traj.CachedInfo().Config
-	b.cfg = Config{Replicas: sc.Replicas, AckWait: cc.AckWait, MaxDeliver: cc.MaxDeliver, DedupWindow: sc.Duplicates,
-		MaxMsgSize: int(sc.MaxMsgSize) - 64<<10, TrajMaxAge: sc.MaxAge, IndexMaxAge: indexCfg.TTL,
+	b.cfg = Config{Replicas: sc.Replicas, AckWait: cc.AckWait, MaxDeliver: cc.MaxDeliver, MaxInFlight: cc.MaxAckPending,
+		DedupWindow: sc.Duplicates,
+		MaxMsgSize:  int(sc.MaxMsgSize) - 64<<10, TrajMaxAge: sc.MaxAge, IndexMaxAge: indexCfg.TTL,
 		IndexMaxBytes: max(0, indexCfg.MaxBytes)}
 	if st, err := b.Workers.Status(ctx); err == nil {
 		b.cfg.HeartbeatTTL = st.TTL()
@@ -257,6 +265,7 @@ func Differences(have, want Config) []Difference {
 	add("replicas", have.Replicas, want.Replicas)
 	add("ack-wait", have.AckWait, want.AckWait)
 	add("max-deliver", have.MaxDeliver, want.MaxDeliver)
+	add("max-in-flight", have.MaxInFlight, want.MaxInFlight)
 	add("dedup-window", have.DedupWindow, want.DedupWindow)
 	add("max-msg-size", have.MaxMsgSize, want.MaxMsgSize)
 	add("heartbeat-ttl", have.HeartbeatTTL, want.HeartbeatTTL)

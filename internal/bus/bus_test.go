@@ -62,7 +62,8 @@ func TestOpenIsIdempotentAndApplySettings(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ci.Config.AckWait != 45*time.Second || ci.Config.MaxDeliver != 5 || ci.Config.AckPolicy != jetstream.AckExplicitPolicy {
+	if ci.Config.AckWait != 45*time.Second || ci.Config.MaxDeliver != 5 || ci.Config.AckPolicy != jetstream.AckExplicitPolicy ||
+		ci.Config.MaxAckPending != 100_000 {
 		t.Errorf("consumer config = %+v", ci.Config)
 	}
 	if st, err := b.Workers.Status(ctx); err != nil || st.TTL() != 30*time.Second {
@@ -75,6 +76,37 @@ func TestOpenIsIdempotentAndApplySettings(t *testing.T) {
 		if _, err := Open(ctx, js, c); err == nil {
 			t.Errorf("config %+v accepted", c)
 		}
+	}
+}
+
+// TestMaxInFlightBoundsDeliveries: the workers' consumer hands out at
+// most MaxInFlight unacknowledged jobs, whatever the pulls ask for — so
+// the bound must exceed the farm's slots (the server's own default, 1,000,
+// idled half of a 2,048-episode farm).
+func TestMaxInFlightBoundsDeliveries(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.MaxInFlight = 3
+	b, _ := open(t, cfg)
+	ctx := context.Background()
+	for s := range int64(5) {
+		if err := b.PublishJob(ctx, schema.Job{JobID: schema.JobID("r", 0, "o__r-1", s), RunID: "r", InstanceID: "o__r-1", Sample: s}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitPending(t, b, 5)
+	batch, err := b.Consumer.Fetch(5, jetstream.FetchMaxWait(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := 0
+	for range batch.Messages() {
+		got++
+	}
+	if got != 3 {
+		t.Errorf("a pull for 5 got %d jobs, want MaxInFlight = 3", got)
+	}
+	if a, err := Attach(ctx, b.js); err != nil || a.Config().MaxInFlight != 3 {
+		t.Errorf("attached config: %+v, %v; want max in flight 3 read back", a.Config(), err)
 	}
 }
 

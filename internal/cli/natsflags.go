@@ -39,6 +39,7 @@ func (n *natsFlags) bindTopology(cmd *cobra.Command) {
 	f.IntVar(&n.cfg.Replicas, "replicas", n.cfg.Replicas, "replicas of every stream and bucket (1 embedded, 3 on a cluster)")
 	f.DurationVar(&n.cfg.AckWait, "ack-wait", n.cfg.AckWait, "how long a job may go without progress before redelivery")
 	f.IntVar(&n.cfg.MaxDeliver, "max-deliver", n.cfg.MaxDeliver, "deliveries before a job is dead-lettered")
+	f.IntVar(&n.cfg.MaxInFlight, "max-in-flight", n.cfg.MaxInFlight, "jobs delivered and not yet acknowledged across the farm; keep it above the workers' summed --concurrency")
 	f.DurationVar(&n.cfg.DedupWindow, "dedup-window", n.cfg.DedupWindow, "duplicate-detection window of the streams")
 	f.IntVar(&n.cfg.MaxMsgSize, "max-msg-size", n.cfg.MaxMsgSize, "largest trajectory message; larger ones go through the object store")
 	f.DurationVar(&n.cfg.HeartbeatTTL, "heartbeat-ttl", n.cfg.HeartbeatTTL, "worker heartbeat lifetime")

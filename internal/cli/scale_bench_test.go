@@ -139,6 +139,13 @@ func runScale(b *testing.B, cfg scaleConfig) {
 	defer sub.Unsubscribe()
 
 	serverCPU0, _ := procCPU(server.cmd.Process.Pid)
+	learnerCPU0, _ := procCPU(learner.cmd.Process.Pid)
+	workersCPU0 := workersCPU(workers)
+	selfCPU0, _ := procCPU(os.Getpid())
+	var idleRSS uint64
+	for _, w := range workers {
+		idleRSS += procRSS(w.cmd.Process.Pid)
+	}
 	begin := time.Now()
 	coord := start(b, bin, nil, "coordinator", "--nats", url, "--dataset", dataset, "--repos", filepath.Join(dir, "sample", "repos"),
 		"--samples", strconv.Itoa(cfg.samples), "--run", "scale", "--model", "m", "--detach", "--log-level", "warn")
@@ -169,6 +176,8 @@ func runScale(b *testing.B, cfg scaleConfig) {
 		b.Fatalf("%d of %d trajectories after 30 minutes", n, expected)
 	}
 	serverCPU1, _ := procCPU(server.cmd.Process.Pid)
+	workersCPU1 := workersCPU(workers)
+	selfCPU1, _ := procCPU(os.Getpid())
 	// The learner's lag: from the last trajectory stored to the last
 	// group's shard written.
 	groups := 6 * cfg.copies
@@ -180,6 +189,7 @@ func runScale(b *testing.B, cfg scaleConfig) {
 		b.Fatalf("%d of %d groups sharded 10 minutes after the last trajectory\n%s", n, groups, learner.out)
 	}
 	lag := lastShard(dir, "scale").Sub(tr.last())
+	learnerCPU1, _ := procCPU(learner.cmd.Process.Pid)
 
 	trs := tr.all()
 	var first, last time.Time
@@ -208,6 +218,30 @@ func runScale(b *testing.B, cfg scaleConfig) {
 	pubMu.Unlock()
 	slices.Sort(dispatch)
 	meanEpisode := episode / time.Duration(len(trs))
+	// While jobs waited (until the last one started), how many slots
+	// were busy on average, and how fast rollouts finished: a farm that
+	// idles no slot while jobs wait keeps every slot busy here.
+	var lastStart time.Time
+	for _, t := range trs {
+		if t.started.After(lastStart) {
+			lastStart = t.started
+		}
+	}
+	window := lastStart.Sub(first)
+	var busy time.Duration
+	finishedInWindow := 0
+	for _, t := range trs {
+		end := t.finished
+		if end.After(lastStart) {
+			end = lastStart
+		}
+		busy += max(0, end.Sub(t.started))
+		if !t.finished.After(lastStart) {
+			finishedInWindow++
+		}
+	}
+	busyShare := busy.Seconds() / window.Seconds() / float64(slots)
+	queuedRate := float64(finishedInWindow) / window.Minutes()
 	span := last.Sub(first)
 	rate := float64(len(trs)) / span.Minutes()
 	ideal := float64(slots) / meanEpisode.Minutes()
@@ -215,26 +249,36 @@ func runScale(b *testing.B, cfg scaleConfig) {
 	cpu := (serverCPU1 - serverCPU0).Seconds()
 	b.ReportMetric(rate, "rollouts/min")
 	b.ReportMetric(rate/ideal, "of-ideal")
+	b.ReportMetric(busyShare, "slots-busy-while-queued")
+	b.ReportMetric(queuedRate, "rollouts/min-while-queued")
 	b.ReportMetric(float64(pct(dispatch, 0.5).Microseconds())/1e3, "dispatch-p50-ms")
 	b.ReportMetric(float64(pct(dispatch, 0.99).Microseconds())/1e3, "dispatch-p99-ms")
 	b.ReportMetric(cpu/float64(len(trs))*1e3, "nats-cpu-ms/rollout")
 	b.ReportMetric(float64(serverRSS)/(1<<20), "nats-peak-MiB")
-	b.ReportMetric(float64(workerRSS)/float64(slots)/(1<<20), "worker-MiB/episode")
+	b.ReportMetric(float64(workerRSS-min(idleRSS, workerRSS))/float64(slots)/(1<<20), "worker-MiB/episode")
+	perRollout := func(d time.Duration) float64 { return d.Seconds() / float64(len(trs)) * 1e3 }
+	b.ReportMetric(perRollout(workersCPU1-workersCPU0), "worker-cpu-ms/rollout")
+	b.ReportMetric(perRollout(learnerCPU1-learnerCPU0), "learner-cpu-ms/rollout")
 	b.ReportMetric(lag.Seconds(), "learner-lag-s")
 	b.Logf(`scale: %d workers × %d episodes = %d in flight; %d instances × %d samples = %d rollouts
   published in %s; rollouts %s (first start to last finish)
   rate %.0f rollouts/min; ideal %.0f at the measured mean episode of %s (%.0f at the policy's latency alone): %.3f of ideal
+  while jobs waited (first start to last start, %s): %.3f of the slots busy, %.0f rollouts/min
   dispatch (publish → start, first %d jobs): p50 %s, p99 %s
   NATS server: %.2f CPU-s for the run (%.3f ms per rollout), peak RSS %d MiB
-  workers: peak RSS %d MiB summed, %.2f MiB per episode in flight
-  learner: peak backlog %d trajectories; last shard %s after the last trajectory`,
+  workers: %.3f ms CPU per rollout; RSS %d MiB summed when idle (%d MiB each), %d MiB at peak: %.2f MiB per episode in flight
+  learner: %.3f ms CPU per rollout; peak backlog %d trajectories; last shard %s after the last trajectory
+  this process (policy server and the trajectory follower): %.3f ms CPU per rollout`,
 		cfg.workers, cfg.concurrency, slots, 6*cfg.copies, cfg.samples, expected,
 		publishedIn.Round(time.Millisecond), span.Round(time.Millisecond),
 		rate, ideal, meanEpisode.Round(time.Millisecond), idealPolicy, rate/ideal,
+		window.Round(time.Millisecond), busyShare, queuedRate,
 		len(dispatch), pct(dispatch, 0.5).Round(time.Microsecond), pct(dispatch, 0.99).Round(time.Microsecond),
 		cpu, cpu/float64(len(trs))*1e3, serverRSS>>20,
-		workerRSS>>20, float64(workerRSS)/float64(slots)/(1<<20),
-		maxBacklog, lag.Round(time.Millisecond))
+		perRollout(workersCPU1-workersCPU0), idleRSS>>20, idleRSS>>20/uint64(cfg.workers), workerRSS>>20,
+		float64(workerRSS-min(idleRSS, workerRSS))/float64(slots)/(1<<20),
+		perRollout(learnerCPU1-learnerCPU0), maxBacklog, lag.Round(time.Millisecond),
+		perRollout(selfCPU1-selfCPU0))
 }
 
 // replicatedSample writes the built-in sample and a dataset of copies ×
@@ -402,6 +446,16 @@ func procCPU(pid int) (time.Duration, error) {
 	utime, _ := strconv.ParseInt(fields[11], 10, 64)
 	stime, _ := strconv.ParseInt(fields[12], 10, 64)
 	return time.Duration(utime+stime) * time.Second / 100, nil // USER_HZ is 100 on Linux
+}
+
+// workersCPU is the CPU time of every worker process.
+func workersCPU(workers []*proc) time.Duration {
+	var sum time.Duration
+	for _, w := range workers {
+		d, _ := procCPU(w.cmd.Process.Pid)
+		sum += d
+	}
+	return sum
 }
 
 // procRSS is a process's resident memory.
