@@ -156,7 +156,15 @@ func runScale(b *testing.B, cfg scaleConfig) {
 
 	tr := followTrajectories(b, ctx, js, bs, "scale", expected)
 	var serverRSS, workerRSS, maxBacklog uint64
+	var activeSamples []int // episodes running by the workers' heartbeats, each second while jobs wait
 	sample := func() {
+		if hbs, err := bs.LiveWorkers(ctx); err == nil && tr.count() < expected-slots {
+			n := 0
+			for _, hb := range hbs {
+				n += hb.Active
+			}
+			activeSamples = append(activeSamples, n)
+		}
 		serverRSS = max(serverRSS, procRSS(server.cmd.Process.Pid))
 		var sum uint64
 		for _, w := range workers {
@@ -263,7 +271,7 @@ func runScale(b *testing.B, cfg scaleConfig) {
 	b.Logf(`scale: %d workers × %d episodes = %d in flight; %d instances × %d samples = %d rollouts
   published in %s; rollouts %s (first start to last finish)
   rate %.0f rollouts/min; ideal %.0f at the measured mean episode of %s (%.0f at the policy's latency alone): %.3f of ideal
-  while jobs waited (first start to last start, %s): %.3f of the slots busy, %.0f rollouts/min
+  while jobs waited (first start to last start, %s): %.3f of the slots busy, %.0f rollouts/min; heartbeats: %s running
   dispatch (publish → start, first %d jobs): p50 %s, p99 %s
   NATS server: %.2f CPU-s for the run (%.3f ms per rollout), peak RSS %d MiB
   workers: %.3f ms CPU per rollout; RSS %d MiB summed when idle (%d MiB each), %d MiB at peak: %.2f MiB per episode in flight
@@ -272,7 +280,7 @@ func runScale(b *testing.B, cfg scaleConfig) {
 		cfg.workers, cfg.concurrency, slots, 6*cfg.copies, cfg.samples, expected,
 		publishedIn.Round(time.Millisecond), span.Round(time.Millisecond),
 		rate, ideal, meanEpisode.Round(time.Millisecond), idealPolicy, rate/ideal,
-		window.Round(time.Millisecond), busyShare, queuedRate,
+		window.Round(time.Millisecond), busyShare, queuedRate, summarize(activeSamples),
 		len(dispatch), pct(dispatch, 0.5).Round(time.Microsecond), pct(dispatch, 0.99).Round(time.Microsecond),
 		cpu, cpu/float64(len(trs))*1e3, serverRSS>>20,
 		perRollout(workersCPU1-workersCPU0), idleRSS>>20, idleRSS>>20/uint64(cfg.workers), workerRSS>>20,
@@ -446,6 +454,15 @@ func procCPU(pid int) (time.Duration, error) {
 	utime, _ := strconv.ParseInt(fields[11], 10, 64)
 	stime, _ := strconv.ParseInt(fields[12], 10, 64)
 	return time.Duration(utime+stime) * time.Second / 100, nil // USER_HZ is 100 on Linux
+}
+
+// summarize gives the least, median and greatest of samples.
+func summarize(samples []int) string {
+	if len(samples) == 0 {
+		return "no samples"
+	}
+	s := slices.Sorted(slices.Values(samples))
+	return fmt.Sprintf("min %d, median %d, max %d (%d samples)", s[0], s[len(s)/2], s[len(s)-1], len(s))
 }
 
 // workersCPU is the CPU time of every worker process.

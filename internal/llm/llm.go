@@ -52,7 +52,12 @@ func (c *Config) withDefaults() Config {
 		out.Backoff = 500 * time.Millisecond
 	}
 	if out.HTTPClient == nil {
-		out.HTTPClient = &http.Client{}
+		// A worker keeps dozens of requests in flight to one server: keep
+		// that many connections open between turns (Go's default keeps 2
+		// per host and dials a new one for nearly every call).
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.MaxIdleConnsPerHost = 1024
+		out.HTTPClient = &http.Client{Transport: t}
 	}
 	return out
 }
