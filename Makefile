@@ -22,7 +22,7 @@ run: build ## the embedded farm: NATS, coordinator, workers and learner on the b
 	$(BIN) up --out $(RUN_DIR)/up
 
 .PHONY: demo
-demo: build ## the pieces one by one: sample, gold, indexes, a tool call, localize, eval, replay
+demo: build ## the pieces one by one: sample, gold, indexes, a tool call, localize, eval, replay, report
 	rm -rf $(RUN_DIR)/sample
 	$(BIN) sample --out $(RUN_DIR)/sample
 	$(BIN) gold --dataset $(RUN_DIR)/sample/dataset.jsonl --repos $(RUN_DIR)/sample/repos --out $(RUN_DIR)/sample/gt_location.jsonl
@@ -34,6 +34,7 @@ demo: build ## the pieces one by one: sample, gold, indexes, a tool call, locali
 	$(BIN) eval --predictions $(RUN_DIR)/localize/loc_outputs.jsonl --gold $(RUN_DIR)/sample/gt_location.jsonl \
 	  --trajectories $(RUN_DIR)/localize/trajectories
 	$(BIN) replay --archive $(RUN_DIR)/localize/trajectories --gold $(RUN_DIR)/sample/gt_location.jsonl --out $(RUN_DIR)/shards
+	$(BIN) report --gold $(RUN_DIR)/sample/gt_location.jsonl $(RUN_DIR)/localize
 
 .PHONY: test
 test: ## vet, the gofmt check and the whole test suite under the race detector (what CI runs)
