@@ -10,7 +10,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/a2farm/a2farm/internal/gitrepo"
 	"github.com/a2farm/a2farm/internal/golden"
 	"github.com/a2farm/a2farm/internal/pyparse"
 	"github.com/a2farm/a2farm/internal/repogen"
@@ -223,16 +222,7 @@ func TestParseSnapshotMatchesLoadThenParse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	repo, err := gitrepo.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer repo.Close()
-	snap, err := repo.At(commit)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, parsed, err := codegraph.ParseSnapshot(context.Background(), l, "o/r", snap)
+	got, parsed, err := codegraph.ParseSnapshot(context.Background(), l, "o/r", graphtest.At(t, dir, commit))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -38,20 +38,27 @@ func Build(t testing.TB, l lang.Language, files map[string]string) *codegraph.Gr
 // Snapshot reads the sources of a commit of the repository at dir.
 func Snapshot(t testing.TB, l lang.Language, dir, commit string) *codegraph.Snapshot {
 	t.Helper()
-	repo, err := gitrepo.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer repo.Close()
-	snap, err := repo.At(commit)
-	if err != nil {
-		t.Fatal(err)
-	}
-	src, err := codegraph.LoadSnapshot(context.Background(), l, "o/r", snap)
+	src, err := codegraph.LoadSnapshot(context.Background(), l, "o/r", At(t, dir, commit))
 	if err != nil {
 		t.Fatal(err)
 	}
 	return src
+}
+
+// At opens the repository at dir at a commit; the repository closes with
+// the test.
+func At(t testing.TB, dir, commit string) *gitrepo.Snapshot {
+	t.Helper()
+	repo, err := gitrepo.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { repo.Close() })
+	snap, err := repo.At(commit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return snap
 }
 
 // Files is a small Python package that exercises every kind of node and
