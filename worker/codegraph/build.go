@@ -7,7 +7,6 @@ import (
 	"runtime"
 	"slices"
 	"strings"
-	"sync"
 
 	"golang.org/x/sync/errgroup"
 
@@ -17,36 +16,37 @@ import (
 // ParseAll parses every file of the snapshot with one parser of l per CPU.
 func ParseAll(ctx context.Context, l lang.Language, files []SourceFile) ([]*lang.File, error) {
 	out := make([]*lang.File, len(files))
-	var next sync.Mutex
-	i := 0
+	next := make(chan int, len(files))
+	for i := range files {
+		next <- i
+	}
+	close(next)
 	g, ctx := errgroup.WithContext(ctx)
-	for range min(runtime.GOMAXPROCS(0), max(1, len(files))) {
+	parseArriving(ctx, g, l, files, out, next, min(runtime.GOMAXPROCS(0), max(1, len(files))))
+	return out, g.Wait()
+}
+
+// parseArriving starts parsers of l in g, each parsing files[i] into
+// parsed[i] for every index i that arrives on next, until next closes.
+func parseArriving(ctx context.Context, g *errgroup.Group, l lang.Language, files []SourceFile, parsed []*lang.File, next <-chan int, parsers int) {
+	for range parsers {
 		g.Go(func() error {
 			p, err := l.NewParser()
 			if err != nil {
 				return err
 			}
 			defer p.Close()
-			for {
-				next.Lock()
-				j := i
-				i++
-				next.Unlock()
-				if j >= len(files) {
-					return nil
-				}
+			for i := range next {
 				if err := ctx.Err(); err != nil {
 					return err
 				}
-				f, err := p.Parse(files[j].Path, files[j].Content)
-				if err != nil {
+				if parsed[i], err = p.Parse(files[i].Path, files[i].Content); err != nil {
 					return err
 				}
-				out[j] = f
 			}
+			return nil
 		})
 	}
-	return out, g.Wait()
 }
 
 // BuildGraph builds the code graph of reference §B.1 from parsed files

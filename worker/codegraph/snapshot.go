@@ -64,17 +64,26 @@ func LoadSnapshot(ctx context.Context, l lang.Language, repo string, snap *gitre
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		data, err := blobs.ReadBlob(e.Blob)
+		f, ok, err := readSource(blobs, e)
 		if err != nil {
-			return nil, fmt.Errorf("read %s: %w", e.Path, err)
+			return nil, err
 		}
-		if !utf8.Valid(data) {
+		if !ok {
 			s.Skipped = append(s.Skipped, e.Path)
 			continue
 		}
-		s.Files = append(s.Files, SourceFile{Path: e.Path, Blob: e.Blob, Content: data})
+		s.Files = append(s.Files, f)
 	}
 	return s, nil
+}
+
+// readSource reads one file; ok is false when it is not valid UTF-8.
+func readSource(blobs BlobReader, e gitrepo.Entry) (f SourceFile, ok bool, err error) {
+	data, err := blobs.ReadBlob(e.Blob)
+	if err != nil {
+		return SourceFile{}, false, fmt.Errorf("read %s: %w", e.Path, err)
+	}
+	return SourceFile{Path: e.Path, Blob: e.Blob, Content: data}, utf8.Valid(data), nil
 }
 
 // ParseSnapshot reads the sources of snap that l indexes, as LoadSnapshot
@@ -105,36 +114,20 @@ func ParseSnapshot(ctx context.Context, l lang.Language, repo string, snap *gitr
 		}
 		slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(entries[b].Size, entries[a].Size) })
 		for _, i := range order {
-			e := entries[i]
 			if err := ctx.Err(); err != nil {
 				return err
 			}
-			data, err := blobs.ReadBlob(e.Blob)
-			if err != nil {
-				return fmt.Errorf("read %s: %w", e.Path, err)
+			var err error
+			if files[i], valid[i], err = readSource(blobs, entries[i]); err != nil {
+				return err
 			}
-			files[i] = SourceFile{Path: e.Path, Blob: e.Blob, Content: data}
-			if valid[i] = utf8.Valid(data); valid[i] {
+			if valid[i] {
 				read <- i
 			}
 		}
 		return nil
 	})
-	for range max(1, runtime.GOMAXPROCS(0)) {
-		g.Go(func() error {
-			p, err := l.NewParser()
-			if err != nil {
-				return err
-			}
-			defer p.Close()
-			for i := range read {
-				if parsed[i], err = p.Parse(files[i].Path, files[i].Content); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-	}
+	parseArriving(ctx, g, l, files, parsed, read, max(1, runtime.GOMAXPROCS(0)))
 	if err := g.Wait(); err != nil {
 		return nil, nil, err
 	}
