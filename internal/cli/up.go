@@ -190,11 +190,12 @@ func runUp(ctx context.Context, e *env, o *upOptions) error {
 		return err
 	}
 	roles.stop()
-	if err := scoreUp(e, o.runID, learnerOut, report); err != nil {
-		return err
-	}
+	// The archive is read once: for the table printed here and the report.
 	src, err := runreport.Load(o.out)
 	if err != nil {
+		return err
+	}
+	if err := scoreUp(e, o.runID, learnerOut, report, src.Trajectories); err != nil {
 		return err
 	}
 	path, err := writeReport(e, []*runreport.Source{src}, runreport.Options{Learner: p.learn, Language: e.language}, "", "")
@@ -307,11 +308,14 @@ func waitUp(ctx context.Context, e *env, b *bus.Bus, m *schema.RunManifest, grou
 	}
 }
 
-// scoreUp evaluates the archived run against its gold and prints the table.
-func scoreUp(e *env, runID, learnerOut string, report *coordinator.GoldReport) error {
-	trs, err := schema.ReadTrajectoryDir(filepath.Join(learnerOut, "archive", bus.Token(runID), "0", "*"))
-	if err != nil {
-		return err
+// scoreUp evaluates the run's archived trajectories against its gold and
+// prints the table.
+func scoreUp(e *env, runID, learnerOut string, report *coordinator.GoldReport, archived []schema.Trajectory) error {
+	var trs []schema.Trajectory
+	for _, tr := range archived {
+		if tr.RunID == runID && tr.Iteration == 0 {
+			trs = append(trs, tr)
+		}
 	}
 	golds := make([]schema.Gold, len(report.Rows))
 	for i, r := range report.Rows {
