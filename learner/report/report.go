@@ -357,14 +357,10 @@ func goldRow(instance, repo string, loc schema.Locations) schema.Gold {
 // the per-turn rewards, over every series.
 func (r *Report) method(all []*series) {
 	var advs, weights []float64
-	covered, steps := make([]float64, r.Settings.H+2), 0
+	var ds []learner.Diagnostics
 	var turns []TurnReward
 	for _, s := range all {
-		d := s.result.Diagnostics
-		for k, c := range d.Coverage {
-			covered[k] += c * float64(d.Steps)
-		}
-		steps += d.Steps
+		ds = append(ds, s.result.Diagnostics)
 		for _, lt := range s.result.Trajectories {
 			if lt.Skipped != "" {
 				continue
@@ -388,12 +384,7 @@ func (r *Report) method(all []*series) {
 	}
 	r.Advantage = distribution(advs, chart.Binned(advs, -2, 2, 32))
 	r.Weights = distribution(weights, chart.Binned(weights, 0, math.Max(r.Settings.Clip[1], 1)*1.1, 33))
-	r.Coverage = make([]float64, len(covered))
-	for k, c := range covered {
-		if steps > 0 {
-			r.Coverage[k] = c / float64(steps)
-		}
-	}
+	r.Coverage = pooledCoverage(ds, r.Settings.H+2)
 	for i := range turns {
 		t := &turns[i]
 		n := float64(t.Trajectories)
@@ -410,31 +401,42 @@ func sweep(all []*series, opts Options) ([]SweepPoint, error) {
 		cfg := opts.Learner
 		cfg.Advantage.H = h
 		var advs []float64
-		covered, steps := make([]float64, h+2), 0
+		var ds []learner.Diagnostics
 		for _, s := range all {
-			res, err := learner.Process(s.trs, s.gold, cfg)
-			if err != nil {
-				return nil, fmt.Errorf("H = %d: %w", h, err)
+			res := s.result // labelled at the learner's own H already
+			if h != opts.Learner.Advantage.H {
+				var err error
+				if res, err = learner.Process(s.trs, s.gold, cfg); err != nil {
+					return nil, fmt.Errorf("H = %d: %w", h, err)
+				}
 			}
 			for _, lt := range res.Trajectories {
 				advs = append(advs, lt.Advantages...)
 			}
-			for k, c := range res.Diagnostics.Coverage {
-				covered[k] += c * float64(res.Diagnostics.Steps)
-			}
-			steps += res.Diagnostics.Steps
-		}
-		p := SweepPoint{H: h, Coverage: make([]float64, len(covered))}
-		for k, c := range covered {
-			if steps > 0 {
-				p.Coverage[k] = c / float64(steps)
-			}
+			ds = append(ds, res.Diagnostics)
 		}
 		d := distribution(advs, chart.Bins{})
-		p.Mean, p.Std = d.Mean, d.Std
-		out = append(out, p)
+		out = append(out, SweepPoint{H: h, Coverage: pooledCoverage(ds, h+2), Mean: d.Mean, Std: d.Std})
 	}
 	return out, nil
+}
+
+// pooledCoverage is the coverage of several series taken together: each
+// series' share of steps weighted by its steps.
+func pooledCoverage(ds []learner.Diagnostics, depths int) []float64 {
+	covered, steps := make([]float64, depths), 0
+	for _, d := range ds {
+		for k, c := range d.Coverage {
+			covered[k] += c * float64(d.Steps)
+		}
+		steps += d.Steps
+	}
+	if steps > 0 {
+		for k := range covered {
+			covered[k] /= float64(steps)
+		}
+	}
+	return covered
 }
 
 // cost describes what the episodes cost.
