@@ -14,6 +14,7 @@ import (
 	"html/template"
 	"net"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -170,15 +171,8 @@ var page = template.Must(template.New("status").Funcs(template.FuncMap{
 		}
 		return d.Round(time.Second).String()
 	},
-	"f1": func(v float64) string { return fmt.Sprintf("%.1f", v) },
-	"silent": func(st *coordinator.FarmStatus, id string) bool {
-		for _, s := range st.Silent {
-			if s == id {
-				return true
-			}
-		}
-		return false
-	},
+	"f1":     func(v float64) string { return fmt.Sprintf("%.1f", v) },
+	"silent": func(st *coordinator.FarmStatus, id string) bool { return slices.Contains(st.Silent, id) },
 }).Parse(pageText))
 
 // pageView is what the template reads.
