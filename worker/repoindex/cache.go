@@ -124,6 +124,18 @@ func (c *Cache) index(ctx context.Context, snap *gitrepo.Snapshot, repo string, 
 	return idx, nil
 }
 
+// installEntry puts a finished entry, built or fetched into tmp, in place
+// of whatever was at dir.
+func installEntry(tmp, dir string) error {
+	if err := os.RemoveAll(dir); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		return fmt.Errorf("install cache entry: %w", err)
+	}
+	return nil
+}
+
 // touch records a use of an entry for LRU eviction.
 func (c *Cache) touch(dir string) {
 	now := time.Now()
@@ -180,11 +192,8 @@ func (c *Cache) buildEntry(ctx context.Context, snap *gitrepo.Snapshot, repo str
 	if err := os.WriteFile(filepath.Join(tmp, "meta.json"), data, 0o644); err != nil {
 		return nil, err
 	}
-	if err := os.RemoveAll(dir); err != nil {
+	if err := installEntry(tmp, dir); err != nil {
 		return nil, err
-	}
-	if err := os.Rename(tmp, dir); err != nil {
-		return nil, fmt.Errorf("install cache entry: %w", err)
 	}
 	if err := idx.openChunkIndex(dir, false); err != nil {
 		return nil, err

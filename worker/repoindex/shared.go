@@ -178,11 +178,8 @@ func (c *Cache) fetch(ctx context.Context, s Shared, key, dir string) (found boo
 	if _, err := readMeta(tmp); err != nil {
 		return false, fmt.Errorf("bundle %s has no entry: %w", key, err)
 	}
-	if err := os.RemoveAll(dir); err != nil {
-		return false, err
-	}
-	if err := os.Rename(tmp, dir); err != nil {
-		return false, fmt.Errorf("install bundle %s: %w", key, err)
+	if err := installEntry(tmp, dir); err != nil {
+		return false, fmt.Errorf("bundle %s: %w", key, err)
 	}
 	return true, nil
 }
