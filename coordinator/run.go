@@ -62,21 +62,25 @@ func Publish(ctx context.Context, cfg RunConfig) (*Published, error) {
 				cfg.RunID, cfg.Iteration)}
 		}
 		m.Created, m.Attempt = prev.Created, max(prev.Attempt, 1)
-		t, err := cfg.Bus.TrackRun(ctx, prev, true)
+		f, err := newFollower(ctx, cfg.Bus, prev, nil, true)
 		if err != nil {
 			return nil, err
 		}
-		if out.Answered, err = t.Update(ctx); err != nil {
+		done, _, complete, err := f.update(ctx)
+		if err != nil {
 			return nil, fmt.Errorf("read run %s: %w", cfg.RunID, err)
 		}
 		for id := range bus.ExpectedJobs(prev) {
-			answered[id] = t.Answered(id)
+			answered[id] = f.t.Answered(id)
+			if answered[id] {
+				out.Answered++
+			}
 		}
 		if cfg.Rerun {
 			m.Attempt++
 			clear(answered)
-		} else if out.Answered == m.Expected {
-			out.Complete = true
+		} else if complete {
+			out.Answered, out.Complete = done, true
 			return out, nil
 		}
 	} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
@@ -172,32 +176,52 @@ func sameJobs(a, b *schema.RunManifest) bool {
 	return a.Samples == b.Samples && slices.Equal(a.Instances, b.Instances)
 }
 
+// WaitOptions say what Wait reports to, and give the dataset rows a run
+// that branches plans its branches from.
+type WaitOptions struct {
+	// Instances are the run's dataset rows (needed when the run branches).
+	Instances []schema.Instance
+	// Progress is told how many jobs have a trajectory of how many are
+	// expected (the total grows as branches are planned).
+	Progress func(done, total int)
+	// Rejected receives each message that counts nowhere.
+	Rejected func(seq uint64, why string)
+	// OnError is told about a lost server connection, which is waited out.
+	OnError func(error)
+}
+
 // Wait follows a run until every expected job has a decodable trajectory
-// of the run in the log (a dead-lettered job has one too: an infra_error),
-// calling progress as jobs are answered and rejected for each message that
-// counts nowhere. It returns only when the run is complete or ctx ends; a
-// lost server connection is waited out (reported through onError).
-func Wait(ctx context.Context, b *bus.Bus, m *schema.RunManifest, progress func(done, total int),
-	rejected func(seq uint64, why string), onError func(error)) error {
-	var t *bus.RunTracker
+// of the run in the log (a dead-lettered job has one too: an infra_error).
+// A run that branches gets each instance's branches planned and published
+// here once its base samples are in, and is complete when they are
+// answered too. Wait returns only when the run is complete or ctx ends; a
+// lost server connection is waited out.
+func Wait(ctx context.Context, b *bus.Bus, m *schema.RunManifest, o WaitOptions) error {
+	if m.Spec.Branching.On() && len(o.Instances) == 0 {
+		return errors.New("coordinator: a run that branches needs its dataset rows to plan branches from")
+	}
+	var f *follower
 	for {
 		var err error
-		if t == nil {
-			if t, err = b.TrackRun(ctx, m, true); err == nil {
-				t.Rejected = rejected
+		if f == nil {
+			if f, err = newFollower(ctx, b, m, o.Instances, true); err == nil {
+				f.t.Rejected = o.Rejected
 			}
 		}
-		n := 0
+		var n, total int
+		complete := false
 		if err == nil {
-			n, err = t.Update(ctx)
+			n, total, complete, err = f.update(ctx)
 		}
 		if err != nil && ctx.Err() == nil {
-			onError(err)
-			t = nil // follow again from the start once the server answers
-		} else if progress != nil {
-			progress(min(n, m.Expected), m.Expected)
+			if o.OnError != nil {
+				o.OnError(err)
+			}
+			f = nil // follow again from the start once the server answers
+		} else if o.Progress != nil {
+			o.Progress(min(n, total), total)
 		}
-		if err == nil && n >= m.Expected {
+		if err == nil && complete {
 			return nil
 		}
 		select {
@@ -209,11 +233,14 @@ func Wait(ctx context.Context, b *bus.Bus, m *schema.RunManifest, progress func(
 }
 
 // Accounted counts the jobs of a run iteration that have a trajectory in
-// the log by job id (infra_error ones included), from message ids.
-func Accounted(ctx context.Context, b *bus.Bus, m *schema.RunManifest) (int, error) {
-	t, err := b.TrackRun(ctx, m, false)
+// the log by job id (infra_error ones included), from message ids, and
+// the jobs expected.
+// Expected counts the planned branches too.
+func Accounted(ctx context.Context, b *bus.Bus, m *schema.RunManifest) (accounted, expected int, err error) {
+	f, err := newFollower(ctx, b, m, nil, false)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	return t.Update(ctx)
+	accounted, expected, _, err = f.update(ctx)
+	return accounted, expected, err
 }

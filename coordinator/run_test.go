@@ -70,7 +70,7 @@ func TestRunsAreCountedByJobID(t *testing.T) {
 	retry.Attempt = 2
 	answer(t, ctx, b, retry) // a second attempt of an answered job
 
-	if n, err := Accounted(ctx, b, pub.Manifest); err != nil || n != 3 {
+	if n, _, err := Accounted(ctx, b, pub.Manifest); err != nil || n != 3 {
 		t.Errorf("status counts %d (%v), want 3", n, err)
 	}
 	// A message with an expected job's id and a2farm's headers but no
@@ -85,8 +85,8 @@ func TestRunsAreCountedByJobID(t *testing.T) {
 	waitCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	var last int
-	err = Wait(waitCtx, b, pub.Manifest, func(done, _ int) { last = done },
-		func(_ uint64, why string) { rejected = append(rejected, why) }, func(err error) { t.Error(err) })
+	err = Wait(waitCtx, b, pub.Manifest, WaitOptions{Progress: func(done, _ int) { last = done },
+		Rejected: func(_ uint64, why string) { rejected = append(rejected, why) }, OnError: func(err error) { t.Error(err) }})
 	if !errors.Is(err, context.DeadlineExceeded) || last != 3 {
 		t.Fatalf("with 3 of 4 jobs answered: wait returned %v at %d", err, last)
 	}
@@ -94,10 +94,10 @@ func TestRunsAreCountedByJobID(t *testing.T) {
 		t.Errorf("rejected %d messages, want the 4 foreign ones: %q", len(rejected), rejected)
 	}
 	answer(t, ctx, b, jobs[0])
-	if err := Wait(ctx, b, pub.Manifest, nil, nil, func(err error) { t.Error(err) }); err != nil {
+	if err := Wait(ctx, b, pub.Manifest, WaitOptions{OnError: func(err error) { t.Error(err) }}); err != nil {
 		t.Fatal(err)
 	}
-	if n, _ := Accounted(ctx, b, pub.Manifest); n != 4 {
+	if n, _, _ := Accounted(ctx, b, pub.Manifest); n != 4 {
 		t.Errorf("status counts %d, want 4", n)
 	}
 }

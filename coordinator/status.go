@@ -90,7 +90,7 @@ func Status(ctx context.Context, b *bus.Bus, runID string, now time.Time) (*Farm
 		if runID != "" && m.RunID != runID {
 			continue
 		}
-		n, err := Accounted(ctx, b, &m)
+		n, expected, err := Accounted(ctx, b, &m)
 		if err != nil {
 			return nil, err
 		}
@@ -98,7 +98,7 @@ func Status(ctx context.Context, b *bus.Bus, runID string, now time.Time) (*Farm
 		if err != nil {
 			return nil, err
 		}
-		r := RunStatus{RunID: m.RunID, Iteration: m.Iteration, Expected: m.Expected, Accounted: n, Dead: dead, Created: m.Created,
+		r := RunStatus{RunID: m.RunID, Iteration: m.Iteration, Expected: expected, Accounted: n, Dead: dead, Created: m.Created,
 			Groups: len(m.Instances)}
 		if report != nil {
 			if rs := report.Runs[bus.RunShardsKey(m.RunID, m.Iteration)]; rs != nil {
@@ -117,8 +117,8 @@ func Status(ctx context.Context, b *bus.Bus, runID string, now time.Time) (*Farm
 		}
 		if elapsed := st.At.Sub(m.Created); elapsed > 0 && n > 0 {
 			r.PerMinute = float64(n) / elapsed.Minutes()
-			if n < m.Expected {
-				r.ETA = time.Duration(float64(m.Expected-n) / r.PerMinute * float64(time.Minute))
+			if n < expected {
+				r.ETA = time.Duration(float64(expected-n) / r.PerMinute * float64(time.Minute))
 			}
 		}
 		st.Runs = append(st.Runs, r)

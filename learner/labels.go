@@ -49,7 +49,9 @@ func WriteLabels(w io.Writer, res *Result) error {
 			continue
 		}
 		tr := lt.Trajectory
-		for t, turn := range tr.Turns {
+		// A branch's replayed turns are its parent's: labelled there.
+		for t := tr.OwnTurns(); t < len(tr.Turns); t++ {
+			turn := tr.Turns[t]
 			p := lt.Labels.Progress[t]
 			if err := enc.Encode(turnLabel{tr.InstanceID, tr.Sample, turn.Index, turn.ToolName, turn.ToolArgs, turn.ActionKey,
 				p[0], p[1], p[2], lt.Labels.Rewards[t], lt.Labels.Returns[t], lt.Advantages[t], lt.Weights[t]}); err != nil {
@@ -75,6 +77,9 @@ type SweepRow struct {
 	Coverage []float64 // share of steps in a non-singleton group, per depth
 	Mean     float64
 	Std      float64
+	// Base holds the same for the base samples alone, when the batch has
+	// branches.
+	Base *SweepRow
 }
 
 // SweepH recomputes the advantages for each history length.
@@ -88,7 +93,11 @@ func SweepH(trs []schema.Trajectory, gold map[string]schema.Locations, cfg Confi
 			return nil, err
 		}
 		d := res.Diagnostics
-		out = append(out, SweepRow{H: h, Coverage: d.Coverage, Mean: d.AdvantageMean, Std: d.AdvantageStd})
+		row := SweepRow{H: h, Coverage: d.Coverage, Mean: d.AdvantageMean, Std: d.AdvantageStd}
+		if b := d.Branches; b != nil {
+			row.Base = &SweepRow{H: h, Coverage: b.BaseCoverage, Mean: b.BaseAdvantageMean, Std: b.BaseAdvantageStd}
+		}
+		out = append(out, row)
 	}
 	return out, nil
 }

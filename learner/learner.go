@@ -3,6 +3,7 @@ package learner
 import (
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/a2farm/a2farm/learner/advantage"
 	"github.com/a2farm/a2farm/learner/metrics"
@@ -59,6 +60,23 @@ type Diagnostics struct {
 	// DCGapFile is the mean file-level discovery recall minus committed
 	// recall.
 	DCGapFile float64
+	// Branches compares the batch with its base samples alone; nil when
+	// the batch has no branch.
+	Branches *BranchDiagnostics `json:",omitempty"`
+}
+
+// BranchDiagnostics says what branches bought and cost: steps (turns a
+// trajectory played itself; a branch's replayed prefix is its parent's)
+// and tokens of base samples and of branches, and the coverage and
+// advantage spread of the base samples alone beside the batch's.
+type BranchDiagnostics struct {
+	Branches                 int
+	BaseSteps, BranchSteps   int
+	BaseTokens, BranchTokens int64
+	// BaseCoverage, BaseAdvantageMean and BaseAdvantageStd are the
+	// diagnostics of the batch without its branches.
+	BaseCoverage                        []float64
+	BaseAdvantageMean, BaseAdvantageStd float64
 }
 
 type poolKey struct {
@@ -112,6 +130,7 @@ func Process(trs []schema.Trajectory, gold map[string]schema.Locations, cfg Conf
 		for j, i := range members {
 			lt := &res.Trajectories[i]
 			in[j].Returns = lt.Labels.Returns
+			in[j].Shared = lt.Trajectory.OwnTurns()
 			for _, turn := range lt.Trajectory.Turns {
 				in[j].Actions = append(in[j].Actions, turn.ActionKey)
 			}
@@ -120,9 +139,14 @@ func Process(trs []schema.Trajectory, gold map[string]schema.Locations, cfg Conf
 		if err != nil {
 			return nil, fmt.Errorf("pool %s/%d: %w", k.instance, k.iteration, err)
 		}
+		byJob := map[string]int{}
 		for j, i := range members {
 			res.Trajectories[i].Advantages = out.Advantages[j]
 			res.Trajectories[i].Weights = out.Weights[j]
+			byJob[res.Trajectories[i].Trajectory.JobID] = i
+		}
+		for _, i := range members {
+			keepParents(&res.Trajectories[i], res.Trajectories, byJob)
 		}
 		for d, n := range out.Covered {
 			covered[d] += n
@@ -130,7 +154,65 @@ func Process(trs []schema.Trajectory, gold map[string]schema.Locations, cfg Conf
 		steps += out.Steps
 	}
 	res.Diagnostics = diagnose(res.Trajectories, covered, steps)
+	if err := compareBranches(res, gold, cfg); err != nil {
+		return nil, err
+	}
 	return res, nil
+}
+
+// compareBranches fills Diagnostics.Branches when the batch has branches,
+// labelling its base samples again on their own.
+func compareBranches(res *Result, gold map[string]schema.Locations, cfg Config) error {
+	var base []schema.Trajectory
+	bd := &BranchDiagnostics{}
+	for _, lt := range res.Trajectories {
+		tr := lt.Trajectory
+		steps, tokens := 0, int64(0)
+		if lt.Skipped == "" {
+			for _, turn := range tr.Turns[tr.OwnTurns():] {
+				steps++
+				tokens += turn.PromptTokens + turn.CompletionTokens
+			}
+		}
+		if tr.Fork.IsBranch() {
+			bd.Branches++
+			bd.BranchSteps += steps
+			bd.BranchTokens += tokens
+			continue
+		}
+		bd.BaseSteps += steps
+		bd.BaseTokens += tokens
+		base = append(base, tr)
+	}
+	if bd.Branches == 0 {
+		return nil
+	}
+	alone, err := Process(base, gold, cfg)
+	if err != nil {
+		return err
+	}
+	d := alone.Diagnostics
+	bd.BaseCoverage, bd.BaseAdvantageMean, bd.BaseAdvantageStd = d.Coverage, d.AdvantageMean, d.AdvantageStd
+	res.Diagnostics.Branches = bd
+	return nil
+}
+
+// keepParents gives a branch's replayed turns their parent's returns and
+// advantages: those turns are the parent's, trained (weight > 0) only
+// there, and a branch's rows show them as context, weight 0.
+func keepParents(lt *Labeled, lts []Labeled, byJob map[string]int) {
+	own := lt.Trajectory.OwnTurns()
+	p, ok := byJob[lt.Trajectory.Fork.ParentJobID]
+	if own == 0 || !ok {
+		return
+	}
+	parent := lts[p]
+	if len(parent.Advantages) < own || len(parent.Labels.Returns) < own {
+		return
+	}
+	lt.Labels.Returns = slices.Clone(lt.Labels.Returns)
+	copy(lt.Labels.Returns[:own], parent.Labels.Returns[:own])
+	copy(lt.Advantages[:own], parent.Advantages[:own])
 }
 
 func diagnose(lts []Labeled, covered []int, steps int) Diagnostics {
@@ -142,8 +224,9 @@ func diagnose(lts []Labeled, covered []int, steps int) Diagnostics {
 			continue
 		}
 		d.Labeled++
-		advs = append(advs, lt.Advantages...)
-		for _, w := range lt.Weights {
+		own := lt.Trajectory.OwnTurns()
+		advs = append(advs, lt.Advantages[own:]...)
+		for _, w := range lt.Weights[own:] {
 			d.WeightHistogram[clampBin(int(math.Floor(w/0.25)), 12)]++
 		}
 		gap += lt.GapFile

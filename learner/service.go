@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -328,10 +329,38 @@ func (s *service) closeIfComplete(ctx context.Context, k groupKey) error {
 	if err != nil {
 		return nil
 	}
-	if s.archived(k) >= m.Samples {
-		return s.closeGroup(ctx, k, g)
+	want, err := s.expectedSamples(ctx, k, m)
+	if err != nil || want == nil {
+		return nil // a run that branches: its plan is not made yet
 	}
-	return nil
+	have := s.archived(k)
+	for sample := range want {
+		if !have[sample] {
+			return nil
+		}
+	}
+	return s.closeGroup(ctx, k, g)
+}
+
+// expectedSamples are the samples a group closes with: the base samples
+// and, when the run branches, the branches of the instance's fork plan —
+// nil until the coordinator has stored that plan.
+func (s *service) expectedSamples(ctx context.Context, k groupKey, m *schema.RunManifest) (map[int64]bool, error) {
+	want := map[int64]bool{}
+	for sample := range int64(m.Samples) {
+		want[sample] = true
+	}
+	if !m.Spec.Branching.On() {
+		return want, nil
+	}
+	plan, found, err := s.cfg.Bus.GetForkPlan(ctx, k.run, k.iteration, k.instance)
+	if err != nil || !found {
+		return nil, err
+	}
+	for _, j := range plan.Jobs {
+		want[j.Sample] = true
+	}
+	return want, nil
 }
 
 // shouldArchive: a new job is archived; a duplicate is not, unless it is a
@@ -352,7 +381,7 @@ func (s *service) shouldArchive(path string, tr schema.Trajectory) (bool, error)
 	// A later attempt (a retried dead letter, an explicit rerun) replaces
 	// the archived one, unless it failed for infrastructure reasons where
 	// the archived one did not.
-	return tr.Attempt > old[0].Attempt && (tr.Status != schema.StatusInfraError || old[0].Status == schema.StatusInfraError), nil
+	return schema.Supersedes(tr, old[0]), nil
 }
 
 func (s *service) manifest(ctx context.Context, run string, iteration int64) (*schema.RunManifest, error) {
@@ -373,15 +402,17 @@ func (s *service) manifest(ctx context.Context, run string, iteration int64) (*s
 	return m, nil
 }
 
-func (s *service) archived(k groupKey) int {
+// archived are the samples of a group with an archive file.
+func (s *service) archived(k groupKey) map[int64]bool {
 	entries, _ := os.ReadDir(s.groupDir(k, "archive"))
-	n := 0
+	out := map[int64]bool{}
 	for _, e := range entries {
-		if strings.HasSuffix(e.Name(), ".arrow") {
-			n++
+		name, ok := strings.CutSuffix(e.Name(), ".arrow")
+		if sample, err := strconv.ParseInt(name, 10, 64); ok && err == nil {
+			out[sample] = true
 		}
 	}
-	return n
+	return out
 }
 
 // resume picks up the groups archived before a restart: a group with a

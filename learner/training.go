@@ -64,6 +64,15 @@ func messageRows(lt Labeled) ([]schema.ShardRow, error) {
 	var base []schema.Message // the previous request and its reply
 	reqLen := make([]int, len(tr.Turns))
 	first := 0
+	// A branch's replayed turns are its parent's: a conversation that
+	// ends before the fork turn is not written, and one that spans it
+	// starts there (the replayed replies are context, weight 0).
+	own := tr.OwnTurns()
+	emit := func(first, last int) {
+		if last >= own {
+			rows = append(rows, lt.conversation(base, reqLen, max(first, own), last, tools))
+		}
+	}
 	for t, turn := range tr.Turns {
 		if turn.RequestKeep < 0 || turn.RequestKeep > int64(len(base)) {
 			return nil, fmt.Errorf("trajectory %s turn %d keeps %d messages of %d", tr.JobID, turn.Index, turn.RequestKeep, len(base))
@@ -73,7 +82,7 @@ func messageRows(lt Labeled) ([]schema.ShardRow, error) {
 			req = append(base, turn.RequestAdded...) // extends: same conversation
 		} else {
 			if t > 0 {
-				rows = append(rows, lt.conversation(base, reqLen, first, t-1, tools))
+				emit(first, t-1)
 				first = t
 			}
 			req = append(slices.Clone(base[:turn.RequestKeep]), turn.RequestAdded...)
@@ -82,7 +91,7 @@ func messageRows(lt Labeled) ([]schema.ShardRow, error) {
 		base = append(req, turn.Response())
 	}
 	if len(tr.Turns) > 0 {
-		rows = append(rows, lt.conversation(base, reqLen, first, len(tr.Turns)-1, tools))
+		emit(first, len(tr.Turns)-1)
 	}
 	return rows, nil
 }
@@ -169,7 +178,21 @@ func tokenRows(lt Labeled) ([]schema.TokenRow, shard.TokenStats, error) {
 	// keeps the longest common prefix.
 	var base []int32
 	cur := -1 // the sequence the next turn may join
+	own := tr.OwnTurns()
 	for i, turn := range tr.Turns {
+		if i < own {
+			// A branch's replayed turn is its parent's to train: it only
+			// carries the ids forward, for the fork turn's prompt.
+			switch {
+			case turn.PromptTokenIDs == nil:
+				base = nil
+			case turn.PromptTokenKeep < 0 || turn.PromptTokenKeep > int64(len(base)):
+				return nil, shard.TokenStats{}, fmt.Errorf("trajectory %s turn %d keeps %d prompt ids of %d", tr.JobID, turn.Index, turn.PromptTokenKeep, len(base))
+			default:
+				base = slices.Concat(base[:turn.PromptTokenKeep], turn.PromptTokenIDs, turn.TokenIDs)
+			}
+			continue
+		}
 		if turn.PromptTokenIDs == nil || len(turn.TokenIDs) == 0 {
 			st.TurnsWithoutIDs++
 			base, cur = nil, -1

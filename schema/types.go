@@ -179,7 +179,32 @@ type Job struct {
 	// Handoffs counts the workers that could not serve the job's policy
 	// and passed it on to one that can.
 	Handoffs int64 `json:"handoffs,omitempty" arrow:"handoffs"`
+	// Fork makes the job a branch of an earlier rollout of its instance;
+	// the zero Fork is a base sample.
+	Fork Fork `json:"fork,omitzero" arrow:"fork"`
 }
+
+// Fork makes a job a branch: it replays the first Turn turns of its
+// parent's recorded trajectory (requests rebuilt and checked against the
+// record, replies and tool observations taken from it, no tool run
+// again) and samples fresh from turn Turn with its own seed. Those first
+// Turn turns stay the parent's: the learner trains and counts them once,
+// in the parent.
+type Fork struct {
+	ParentJobID  string `json:"parent_job_id" arrow:"parent_job_id"`
+	ParentSample int64  `json:"parent_sample" arrow:"parent_sample"`
+	// Turn is the first turn the branch samples itself (at least 1).
+	Turn int64 `json:"turn" arrow:"turn"`
+	// Branch numbers the branches of one parent at one turn, from 0.
+	Branch int64 `json:"branch" arrow:"branch"`
+	// LogSeq is where the parent's trajectory sits in the farm's
+	// trajectory log (its stream sequence), which a worker reads the
+	// prefix from; 0 outside a farm.
+	LogSeq int64 `json:"log_seq,omitempty" arrow:"log_seq"`
+}
+
+// IsBranch reports whether the fork names a parent.
+func (f Fork) IsBranch() bool { return f.ParentJobID != "" }
 
 // JobID is the dedup key of a rollout everywhere: run/iteration/instance/sample.
 func JobID(run string, iteration int64, instanceID string, sample int64) string {
@@ -214,8 +239,15 @@ type Trajectory struct {
 	// ToolsJSON is the tool specs (OpenAI format) the episode offered; the
 	// requests carried them unless the policy ran in text mode.
 	ToolsJSON string `json:"tools_json" arrow:"tools_json"`
-	Turns     []Turn `json:"turns" arrow:"-"`
+	// Fork is the job's: a branch's first Fork.Turn turns are its
+	// parent's, copied verbatim.
+	Fork  Fork   `json:"fork,omitzero" arrow:"fork"`
+	Turns []Turn `json:"turns" arrow:"-"`
 }
+
+// OwnTurns is the index of the first turn the trajectory played itself:
+// 0 for a base sample, the fork turn for a branch.
+func (tr Trajectory) OwnTurns() int { return min(int(tr.Fork.Turn), len(tr.Turns)) }
 
 // Turn is one assistant step: the request the policy server received,
 // what it answered, and the tool calls that were executed.
@@ -244,10 +276,14 @@ type Turn struct {
 	Observation      string    `json:"observation" arrow:"observation"`
 	Surfaced         Locations `json:"surfaced" arrow:"surfaced"`
 	ObservationChars int64     `json:"observation_chars" arrow:"observation_chars"`
-	PromptTokens     int64     `json:"prompt_tokens" arrow:"turn_prompt_tokens"`
-	CompletionTokens int64     `json:"completion_tokens" arrow:"turn_completion_tokens"`
-	PolicyLatencyMS  float64   `json:"policy_latency_ms" arrow:"policy_latency_ms"`
-	ToolLatencyMS    float64   `json:"tool_latency_ms" arrow:"tool_latency_ms"`
+	// ObservationParts are the byte lengths of the executed calls'
+	// observations, which Observation joins with a blank line: with them
+	// a branch rebuilds each call's message exactly.
+	ObservationParts []int64 `json:"observation_parts,omitempty" arrow:"observation_parts"`
+	PromptTokens     int64   `json:"prompt_tokens" arrow:"turn_prompt_tokens"`
+	CompletionTokens int64   `json:"completion_tokens" arrow:"turn_completion_tokens"`
+	PolicyLatencyMS  float64 `json:"policy_latency_ms" arrow:"policy_latency_ms"`
+	ToolLatencyMS    float64 `json:"tool_latency_ms" arrow:"tool_latency_ms"`
 	// PromptTokenKeep and PromptTokenIDs are the request's token ids as
 	// the server returned them (with return_token_ids), as a delta: the
 	// first PromptTokenKeep ids of the previous turn's prompt and
@@ -401,6 +437,44 @@ type RunSpec struct {
 	Limits   Limits   `json:"limits"`
 	Tools    []string `json:"tools,omitempty"` // nil: every tool
 	Seed     int64    `json:"seed"`
+	// Branching forks an instance's base samples into branches once they
+	// are all in (zero: no branches).
+	Branching Branching `json:"branching,omitzero"`
+}
+
+// Branching says how a run forks its base samples: Branches
+// continuations at each fork point, the fork points being fixed turns
+// (ForkAt) or, without them, chosen where the history groups of depth
+// Depth are thinnest, within Budget extra turns per instance (a share of
+// the instance's base turns).
+type Branching struct {
+	Branches int64   `json:"branches"`
+	ForkAt   []int64 `json:"fork_at,omitempty"`
+	Budget   float64 `json:"budget,omitempty"`
+	Depth    int64   `json:"depth,omitempty"`
+}
+
+// On reports whether the run forks at all.
+func (b Branching) On() bool { return b.Branches > 0 }
+
+// Validate reports a branching that cannot be planned.
+func (b Branching) Validate() error {
+	switch {
+	case b.Branches < 0:
+		return fmt.Errorf("branches must be >= 0, got %d", b.Branches)
+	case !b.On():
+		return nil
+	case b.Budget < 0:
+		return fmt.Errorf("the branch budget must be >= 0, got %g", b.Budget)
+	case len(b.ForkAt) == 0 && b.Depth < 1:
+		return fmt.Errorf("automatic fork points need a history depth >= 1, got %d", b.Depth)
+	}
+	for _, t := range b.ForkAt {
+		if t < 1 {
+			return fmt.Errorf("fork turns must be >= 1 (turn 0 is an independent sample), got %d", t)
+		}
+	}
+	return nil
 }
 
 // Job plans one rollout of the run: sample `sample` of instance in.
@@ -414,6 +488,15 @@ func (s RunSpec) Job(runID string, iteration int64, in Instance, sample int64) J
 	}
 }
 
+// Branch plans a branch of the run: sample `sample` of instance in, forked
+// as fork says, with the sample's own seed and otherwise the run's policy,
+// sampling and limits, as its parent had.
+func (s RunSpec) Branch(runID string, iteration int64, in Instance, sample int64, fork Fork) Job {
+	j := s.Job(runID, iteration, in, sample)
+	j.Fork = fork
+	return j
+}
+
 // Trajectory starts the trajectory of j: its identity, the policy and
 // sampling it was planned with, and its attempt (at least 1). Every
 // trajectory, played or not, begins here.
@@ -421,7 +504,17 @@ func (j Job) Trajectory(status Status) Trajectory {
 	return Trajectory{
 		JobID: j.JobID, RunID: j.RunID, Iteration: j.Iteration, InstanceID: j.InstanceID, Repo: j.Repo,
 		Sample: j.Sample, Status: status, Policy: j.Policy, Sampling: j.Sampling, Attempt: max(j.Attempt, 1),
+		Fork: j.Fork,
 	}
+}
+
+// Supersedes reports whether trajectory tr of a job replaces old, an
+// earlier one of the same job: a later attempt (a retried dead letter, an
+// explicit rerun) does, unless it failed for infrastructure reasons where
+// old did not. The learner archives by this rule and the coordinator
+// forks branches from the same trajectories.
+func Supersedes(tr, old Trajectory) bool {
+	return tr.Attempt > old.Attempt && (tr.Status != StatusInfraError || old.Status == StatusInfraError)
 }
 
 // InfraError is the trajectory of a job that could not be played (no

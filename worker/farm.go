@@ -374,6 +374,20 @@ func (w *farmWorker) runJob(ctx context.Context, job schema.Job, msg jetstream.M
 	if err != nil {
 		return w.cannotServe(ctx, job, msg, err)
 	}
+	var parent *schema.Trajectory
+	if job.Fork.IsBranch() {
+		rec, err := w.cfg.Bus.TrajectoryAt(ctx, job.Fork.LogSeq)
+		if err == nil && rec.JobID != job.Fork.ParentJobID {
+			err = fmt.Errorf("log message %d holds %s: %w", job.Fork.LogSeq, rec.JobID, bus.ErrRecordGone)
+		}
+		if errors.Is(err, bus.ErrRecordGone) {
+			return w.giveUp(ctx, job, msg, fmt.Sprintf("the record of parent %s is gone: %v", job.Fork.ParentJobID, err))
+		}
+		if err != nil {
+			return RetryAfter(err, 5*time.Second)
+		}
+		parent = &rec
+	}
 	stopProgress := keepAlive(msg, w.cfg.Bus.AckWait())
 	idx, release, err := w.index(ctx, job.Repo, job.BaseCommit)
 	stopProgress()
@@ -384,7 +398,7 @@ func (w *farmWorker) runJob(ctx context.Context, job schema.Job, msg jetstream.M
 		return RetryAfter(err, 10*time.Second)
 	}
 	defer release()
-	tr, err := play(ctx, job, idx, model, w.cfg.WorkerID, func(schema.Turn) { _ = msg.InProgress() })
+	tr, err := play(ctx, job, parent, idx, model, w.cfg.WorkerID, func(schema.Turn) { _ = msg.InProgress() })
 	if err != nil {
 		return err // bad tools: terminate; cancelled: hand the job back
 	}
@@ -438,15 +452,21 @@ func (w *farmWorker) cannotServe(ctx context.Context, job schema.Job, msg jetstr
 		}
 		return nil
 	}
+	return w.giveUp(ctx, job, msg, fmt.Sprintf("worker %s cannot serve the job's policy: %v", w.cfg.WorkerID, why))
+}
+
+// giveUp settles a job that no worker can ever play, with the reason: an
+// infra_error trajectory and a dead letter.
+func (w *farmWorker) giveUp(ctx context.Context, job schema.Job, msg jetstream.Msg, reason string) error {
+	ctx = context.WithoutCancel(ctx)
 	deliveries := 1
 	if md, err := msg.Metadata(); err == nil {
 		deliveries = int(md.NumDelivered)
 	}
-	reason := fmt.Sprintf("worker %s cannot serve the job's policy: %v", w.cfg.WorkerID, why)
 	if err := w.cfg.Bus.GiveUp(ctx, job, deliveries, reason); err != nil {
 		return RetryAfter(fmt.Errorf("give up %s: %w", job.JobID, err), 5*time.Second)
 	}
-	w.cfg.Log.Error().Str("job", job.JobID).Str("reason", reason).Msg("job given up: no live worker serves its policy")
+	w.cfg.Log.Error().Str("job", job.JobID).Str("reason", reason).Msg("job given up")
 	return nil
 }
 

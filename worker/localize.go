@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/a2farm/a2farm/internal/atomicfile"
+	"github.com/a2farm/a2farm/internal/branch"
 	"github.com/a2farm/a2farm/internal/gitrepo"
 	"github.com/a2farm/a2farm/schema"
 	"github.com/a2farm/a2farm/worker/agent"
@@ -82,17 +83,19 @@ func Localize(ctx context.Context, cfg LocalizeConfig) ([]schema.Trajectory, err
 	if err := os.MkdirAll(trajDir, 0o755); err != nil {
 		return nil, err
 	}
-	total := len(cfg.Instances) * cfg.Samples
+	// Branches join the total as they are planned.
+	var total atomic.Int64
+	total.Store(int64(len(cfg.Instances) * cfg.Samples))
 	results := make([][]schema.Trajectory, len(cfg.Instances))
 	var done atomic.Int64
 	var progressMu sync.Mutex
-	tick := func() {
+	p := &localProgress{total: &total, tick: func() {
 		if cfg.Progress != nil {
 			progressMu.Lock()
-			cfg.Progress(int(done.Add(1)), total)
+			cfg.Progress(int(done.Add(1)), int(total.Load()))
 			progressMu.Unlock()
 		}
-	}
+	}}
 	// Instances run a few at a time; each shares one index among its
 	// samples, which run in parallel.
 	perInstance := min(cfg.Samples, cfg.Concurrency)
@@ -100,7 +103,7 @@ func Localize(ctx context.Context, cfg LocalizeConfig) ([]schema.Trajectory, err
 	g.SetLimit(max(1, cfg.Concurrency/perInstance))
 	for i, inst := range cfg.Instances {
 		g.Go(func() error {
-			trs, err := cfg.runInstance(gctx, inst, perInstance, tick)
+			trs, err := cfg.runInstance(gctx, inst, perInstance, p)
 			if err != nil {
 				return err
 			}
@@ -118,8 +121,17 @@ func Localize(ctx context.Context, cfg LocalizeConfig) ([]schema.Trajectory, err
 	return all, writeLocOutputs(filepath.Join(cfg.Out, "loc_outputs.jsonl"), all)
 }
 
-func (cfg *LocalizeConfig) runInstance(ctx context.Context, inst schema.Instance, parallel int, tick func()) ([]schema.Trajectory, error) {
-	trs := make([]schema.Trajectory, cfg.Samples)
+// localProgress counts finished rollouts against a total that grows as
+// branches are planned.
+type localProgress struct {
+	total *atomic.Int64
+	tick  func()
+}
+
+// runInstance plays an instance's base samples on one index, then, when
+// the run branches, the branches planned from them, each replaying its
+// parent's record in memory.
+func (cfg *LocalizeConfig) runInstance(ctx context.Context, inst schema.Instance, parallel int, p *localProgress) ([]schema.Trajectory, error) {
 	jobs := make([]schema.Job, cfg.Samples)
 	for s := range jobs {
 		jobs[s] = cfg.Spec.Job(cfg.RunID, 0, inst, int64(s))
@@ -130,26 +142,51 @@ func (cfg *LocalizeConfig) runInstance(ctx context.Context, inst schema.Instance
 			return nil, ctx.Err()
 		}
 		cfg.Log.Error().Err(err).Str("instance", inst.InstanceID).Msg("index build failed; recording infra_error trajectories")
+		trs := make([]schema.Trajectory, len(jobs))
 		for s, job := range jobs {
 			trs[s] = job.InfraError(err.Error(), time.Now().UTC())
-			tick()
+			p.tick()
 		}
 		return trs, nil
 	}
 	defer idx.Close()
+	trs, err := cfg.playAll(ctx, jobs, nil, idx, parallel, p.tick)
+	if err != nil || !cfg.Spec.Branching.On() {
+		return trs, err
+	}
+	points := branch.Plan(cfg.Spec.Branching, trs)
+	forks := branch.Jobs(cfg.Spec, cfg.RunID, 0, inst, cfg.Samples, points, nil)
+	p.total.Add(int64(len(forks)))
+	parents := make([]*schema.Trajectory, len(forks))
+	for i, job := range forks {
+		parents[i] = &trs[job.Fork.ParentSample]
+	}
+	branches, err := cfg.playAll(ctx, forks, parents, idx, parallel, p.tick)
+	return append(trs, branches...), err
+}
+
+// playAll plays jobs on idx, parallel at a time; parents[i] is the record
+// job i replays (nil: base samples).
+func (cfg *LocalizeConfig) playAll(ctx context.Context, jobs []schema.Job, parents []*schema.Trajectory, idx *repoindex.Index,
+	parallel int, tick func()) ([]schema.Trajectory, error) {
+	trs := make([]schema.Trajectory, len(jobs))
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(parallel)
-	for s, job := range jobs {
+	for i, job := range jobs {
 		g.Go(func() error {
 			model, err := cfg.Policies.Model(job)
 			if err != nil {
 				return err
 			}
-			tr, err := play(gctx, job, idx, model, "localize", nil)
+			var parent *schema.Trajectory
+			if parents != nil {
+				parent = parents[i]
+			}
+			tr, err := play(gctx, job, parent, idx, model, "localize", nil)
 			if err != nil {
 				return err
 			}
-			trs[s] = tr
+			trs[i] = tr
 			tick()
 			return nil
 		})
@@ -180,6 +217,9 @@ func writeLocOutputs(path string, trs []schema.Trajectory) error {
 		enc := json.NewEncoder(w)
 		enc.SetEscapeHTML(false)
 		for _, tr := range trs {
+			if tr.Fork.IsBranch() {
+				continue // predictions are the base samples'; branches are training data
+			}
 			row := schema.LocOutput{InstanceID: tr.InstanceID, Sample: tr.Sample, Files: nonNil(tr.Predictions.Files),
 				Modules: nonNil(tr.Predictions.Modules), Entities: nonNil(tr.Predictions.Entities), RawOutput: tr.FinalAnswer}
 			if err := enc.Encode(row); err != nil {

@@ -661,8 +661,28 @@ func (b *Bus) PublishTrajectory(ctx context.Context, tr schema.Trajectory) error
 // DecodeTrajectory reads a trajectory message, fetching an offloaded
 // payload from the object store.
 func (b *Bus) DecodeTrajectory(ctx context.Context, msg jetstream.Msg) (schema.Trajectory, error) {
-	data := msg.Data()
-	if key := msg.Headers().Get(payloadHeader); key != "" {
+	return b.decodeTrajectory(ctx, msg.Data(), msg.Headers())
+}
+
+// ErrRecordGone marks a trajectory no longer in the log (expired, or
+// deleted), which a branch of it can never replay.
+var ErrRecordGone = errors.New("trajectory no longer in the log")
+
+// TrajectoryAt reads the trajectory stored at sequence seq of the log:
+// the record a branch replays its parent from.
+func (b *Bus) TrajectoryAt(ctx context.Context, seq int64) (schema.Trajectory, error) {
+	raw, err := b.Traj.GetMsg(ctx, uint64(seq))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return schema.Trajectory{}, fmt.Errorf("log message %d: %w", seq, ErrRecordGone)
+	}
+	if err != nil {
+		return schema.Trajectory{}, fmt.Errorf("read log message %d: %w", seq, err)
+	}
+	return b.decodeTrajectory(ctx, raw.Data, raw.Header)
+}
+
+func (b *Bus) decodeTrajectory(ctx context.Context, data []byte, header nats.Header) (schema.Trajectory, error) {
+	if key := header.Get(payloadHeader); key != "" {
 		var err error
 		if data, err = b.Payloads.GetBytes(ctx, key); err != nil {
 			if errors.Is(err, jetstream.ErrObjectNotFound) {
@@ -671,7 +691,7 @@ func (b *Bus) DecodeTrajectory(ctx context.Context, msg jetstream.Msg) (schema.T
 			return schema.Trajectory{}, fmt.Errorf("fetch payload %s: %w: %w", key, ErrPayloadUnavailable, err)
 		}
 	}
-	out, err := b.codec.decode(data, msg.Headers().Get(encodingHeader))
+	out, err := b.codec.decode(data, header.Get(encodingHeader))
 	if err != nil {
 		return schema.Trajectory{}, err
 	}

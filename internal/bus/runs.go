@@ -27,7 +27,22 @@ type RunTracker struct {
 	// Rejected receives each message that counts nowhere, with why (once
 	// per message); nil ignores them.
 	Rejected func(seq uint64, why string)
+	// Observed receives each decoded trajectory of an expected job with
+	// its place in the log (only when the tracker decodes).
+	Observed func(tr schema.Trajectory, seq uint64)
 }
+
+// Expect adds jobs to those the run counts (its branches, once planned).
+// A job that arrived before it was expected is counted when the tracker
+// reads the log again from the start.
+func (t *RunTracker) Expect(jobIDs ...string) {
+	for _, id := range jobIDs {
+		t.expected[id] = true
+	}
+}
+
+// Expected is how many jobs the run counts.
+func (t *RunTracker) Expected() int { return len(t.expected) }
 
 // ExpectedJobs are the job ids a run manifest asks for.
 func ExpectedJobs(m *schema.RunManifest) map[string]bool {
@@ -108,6 +123,9 @@ func (t *RunTracker) observe(ctx context.Context, msg jetstream.Msg) {
 		if tr.JobID != id {
 			reject(fmt.Sprintf("message id %q holds the trajectory of job %q", id, tr.JobID))
 			return
+		}
+		if t.Observed != nil {
+			t.Observed(tr, seq)
 		}
 	}
 	t.answered[id] = true
@@ -249,4 +267,84 @@ func (b *Bus) GetGold(ctx context.Context, run string, iteration int64, instance
 		return schema.Locations{}, false, nil
 	}
 	return *g.Gold, true, nil
+}
+
+// ForkPlan is what the coordinator decided for one instance's branches,
+// stored before any of them is published: the learner waits for exactly
+// these jobs beside the base samples, and a coordinator started again
+// republishes them instead of planning anew. No jobs is a plan too (no
+// parent could fork).
+type ForkPlan struct {
+	Instance string       `json:"instance"`
+	Jobs     []schema.Job `json:"jobs"`
+	Planned  time.Time    `json:"planned"`
+}
+
+// forkKey is the runs-bucket key of one instance's fork plan.
+func forkKey(run string, iteration int64, instance string) string {
+	return fmt.Sprintf("_forks.%s.%d.%s", subjectToken(run), iteration, subjectToken(instance))
+}
+
+// PutForkPlan stores an instance's fork plan; the first one stored wins,
+// so that two coordinators (or one started again) publish one plan.
+func (b *Bus) PutForkPlan(ctx context.Context, run string, iteration int64, p ForkPlan) (ForkPlan, error) {
+	instance := p.Instance
+	data, err := json.Marshal(p)
+	if err != nil {
+		return ForkPlan{}, err
+	}
+	_, err = b.Runs.Create(ctx, forkKey(run, iteration, instance), data)
+	if errors.Is(err, jetstream.ErrKeyExists) {
+		stored, found, err := b.GetForkPlan(ctx, run, iteration, instance)
+		if err == nil && !found {
+			err = fmt.Errorf("fork plan of %s vanished", instance)
+		}
+		return stored, err
+	}
+	if err != nil {
+		return ForkPlan{}, fmt.Errorf("store fork plan of %s: %w", instance, err)
+	}
+	return p, nil
+}
+
+// GetForkPlan reads an instance's fork plan; found is false before the
+// coordinator made one.
+func (b *Bus) GetForkPlan(ctx context.Context, run string, iteration int64, instance string) (p ForkPlan, found bool, err error) {
+	e, err := b.Runs.Get(ctx, forkKey(run, iteration, instance))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return ForkPlan{}, false, nil
+	}
+	if err != nil {
+		return ForkPlan{}, false, err
+	}
+	if err := json.Unmarshal(e.Value(), &p); err != nil {
+		return ForkPlan{}, false, fmt.Errorf("fork plan of %s: %w", instance, err)
+	}
+	return p, true, nil
+}
+
+// ForkPlans reads every fork plan of a run iteration, by instance id.
+func (b *Bus) ForkPlans(ctx context.Context, run string, iteration int64) (map[string]ForkPlan, error) {
+	w, err := b.Runs.WatchFiltered(ctx, []string{fmt.Sprintf("_forks.%s.%d.>", subjectToken(run), iteration)},
+		jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, fmt.Errorf("fork plans of %s: %w", run, err)
+	}
+	defer w.Stop()
+	out := map[string]ForkPlan{}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case e := <-w.Updates():
+			if e == nil { // every stored plan has been read
+				return out, nil
+			}
+			var p ForkPlan
+			if err := json.Unmarshal(e.Value(), &p); err != nil {
+				return nil, fmt.Errorf("fork plan %s: %w", e.Key(), err)
+			}
+			out[p.Instance] = p
+		}
+	}
 }

@@ -119,7 +119,7 @@ func testClusterLosesANode(t *testing.T, leader bool) {
 
 	waitCtx, stop := context.WithTimeout(ctx, 90*time.Second)
 	defer stop()
-	if err := coordinator.Wait(waitCtx, b, pub.Manifest, nil, nil, func(error) {}); err != nil {
+	if err := coordinator.Wait(waitCtx, b, pub.Manifest, coordinator.WaitOptions{}); err != nil {
 		t.Fatalf("the run did not complete after node %d was stopped: %v", victim, err)
 	}
 	answered := time.Since(killed)

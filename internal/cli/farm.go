@@ -86,7 +86,7 @@ func runCoordinator(ctx context.Context, e *env, o *coordinatorOptions) error {
 	if pub.Complete || o.detach {
 		return nil
 	}
-	return waitForRun(ctx, e, farm.bus, pub.Manifest, o.timeout)
+	return waitForRun(ctx, e, farm.bus, pub.Manifest, report.Instances, o.timeout)
 }
 
 func printPublished(e *env, runID string, iteration int64, pub *coordinator.Published) {
@@ -94,7 +94,7 @@ func printPublished(e *env, runID string, iteration int64, pub *coordinator.Publ
 	switch {
 	case pub.Complete:
 		fmt.Fprintf(e.stdout, "run %s iteration %d is complete already: all %d jobs have a trajectory; nothing published (--rerun makes new attempts)\n",
-			runID, iteration, m.Expected)
+			runID, iteration, pub.Answered)
 	case pub.Answered > 0:
 		fmt.Fprintf(e.stdout, "run %s iteration %d: %d of %d jobs have a trajectory; %d published (attempt %d)\n",
 			runID, iteration, pub.Answered, m.Expected, pub.Queued, m.Attempt)
@@ -105,16 +105,16 @@ func printPublished(e *env, runID string, iteration int64, pub *coordinator.Publ
 
 // waitForRun waits until every job of the run has a trajectory, through
 // NATS outages, or until timeout (0: no limit).
-func waitForRun(ctx context.Context, e *env, b *bus.Bus, m *schema.RunManifest, timeout time.Duration) error {
+func waitForRun(ctx context.Context, e *env, b *bus.Bus, m *schema.RunManifest, instances []schema.Instance, timeout time.Duration) error {
 	// Jobs that exhaust their deliveries are dead-lettered here too; with
 	// a learner running, each advisory goes to one of them.
 	defer b.StartDeadJobHandler(ctx, e.log)()
 	progress, done := e.progress("trajectories")
-	err := coordinator.Wait(waitCtx(ctx, timeout), b, m, progress,
-		func(seq uint64, why string) {
+	err := coordinator.Wait(waitCtx(ctx, timeout), b, m, coordinator.WaitOptions{Instances: instances, Progress: progress,
+		Rejected: func(seq uint64, why string) {
 			e.log.Warn().Uint64("seq", seq).Str("reason", why).Msg("a message in the run's trajectory log counts nowhere")
 		},
-		func(err error) { e.log.Warn().Err(err).Msg("lost the NATS server; waiting for it (the run goes on)") })
+		OnError: func(err error) { e.log.Warn().Err(err).Msg("lost the NATS server; waiting for it (the run goes on)") }})
 	done()
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {

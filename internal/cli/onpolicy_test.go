@@ -88,7 +88,7 @@ func (s *onPolicyScript) reply(req policytest.Request) policytest.Reply {
 func TestShardsAreWhatThePolicySaw(t *testing.T) {
 	for _, textMode := range []bool{false, true} {
 		t.Run(fmt.Sprintf("text mode %v", textMode), func(t *testing.T) {
-			s := rollOutOnPolicy(t, textMode)
+			s := rollOutOnPolicy(t, textMode, nil)
 			checkMessageRows(t, s.rows, s.requests)
 			checkTokenRows(t, s.tokens, s.rows, s.script.replies, len(s.requests))
 			checkManifest(t, s)
@@ -134,7 +134,7 @@ func checkManifest(t *testing.T, s onPolicyShards) {
 func TestReplayNamesAVersionItCannotRead(t *testing.T) {
 	code, _, errOut := run(t, "replay", "--archive", filepath.Join("testdata", "archive-v2"), "--gold", "unused.jsonl",
 		"--out", t.TempDir())
-	if code != exitError || !strings.Contains(errOut, "format version 2; this build reads version 3") {
+	if code != exitError || !strings.Contains(errOut, "format version 2; this build reads version 4") {
 		t.Errorf("replay of a version-2 archive: exit %d: %s", code, errOut)
 	}
 }
@@ -145,11 +145,15 @@ type onPolicyShards struct {
 	dir      string
 	script   *onPolicyScript
 	requests map[int64][]byte // seed → the request's messages as received
+	tools    map[int64][]byte // seed → the request's tools as received
+	archive  string           // the trajectories folder
 	rows     []schema.ShardRow
 	tokens   []schema.TokenRow
 }
 
-func rollOutOnPolicy(t *testing.T, textMode bool) onPolicyShards {
+// rollOutOnPolicy plays 3 samples of one instance against the script,
+// with extra localize flags (branches), and replays them into shards.
+func rollOutOnPolicy(t *testing.T, textMode bool, extra []string) onPolicyShards {
 	t.Helper()
 	script := &onPolicyScript{textMode: textMode, template: policytest.Template{StripReasoning: !textMode},
 		replies: map[int64]policytest.Reply{}}
@@ -163,6 +167,7 @@ func rollOutOnPolicy(t *testing.T, textMode bool) onPolicyShards {
 	args := []string{"localize", "--dataset", ds, "--repos", repos, "--limit", "1", "--samples", "3",
 		"--policy", "openai", "--model", "m", "--base-url", srv.URL, "--seed", fmt.Sprint(onPolicySeed),
 		"--return-token-ids", "--out", filepath.Join(dir, "loc")}
+	args = append(args, extra...)
 	if textMode {
 		args = append(args, "--text-mode")
 	}
@@ -179,18 +184,19 @@ func rollOutOnPolicy(t *testing.T, textMode bool) onPolicyShards {
 	if code != 0 || !strings.Contains(stdout, "token shards: 1 files") {
 		t.Fatalf("replay: exit %d\n%s\n%s", code, stdout, errOut)
 	}
-	requests := map[int64][]byte{}
+	requests, tools := map[int64][]byte{}, map[int64][]byte{}
 	for _, body := range srv.Bodies() {
 		var b struct {
 			Seed     int64           `json:"seed"`
 			Messages json.RawMessage `json:"messages"`
+			Tools    json.RawMessage `json:"tools"`
 		}
 		if err := json.Unmarshal(body, &b); err != nil {
 			t.Fatal(err)
 		}
-		requests[b.Seed] = b.Messages
+		requests[b.Seed], tools[b.Seed] = b.Messages, b.Tools
 	}
-	return onPolicyShards{dir: shards, script: script, requests: requests,
+	return onPolicyShards{dir: shards, script: script, requests: requests, tools: tools, archive: filepath.Join(dir, "loc", "trajectories"),
 		rows:   readParquetDir(t, shards, "shard-", schema.ShardCodec().Decode),
 		tokens: readParquetDir(t, shards, "tokens-", schema.TokenCodec().Decode)}
 }
@@ -274,7 +280,9 @@ func checkTokenRows(t *testing.T, tokens []schema.TokenRow, rows []schema.ShardR
 				if _, prev := served(tok.Sample, turn-1); !slices.Equal(prompt[:min(len(prev), len(prompt))], prev) {
 					t.Errorf("%s: turn %d merged although its prompt does not extend turn %d", tok.JobID, turn, turn-1)
 				}
-			} else if turn > 0 {
+			} else if _, servedBefore := replies[turnSeed(tok.Sample, turn-1)]; turn > 0 && servedBefore {
+				// (a branch's fork turn starts its sequence: the turns
+				// before it were its parent's, not served to it)
 				if _, prev := served(tok.Sample, turn-1); len(prompt) >= len(prev) && slices.Equal(prompt[:len(prev)], prev) {
 					t.Errorf("%s: turn %d starts a sequence although its prompt extends turn %d", tok.JobID, turn, turn-1)
 				}
@@ -355,7 +363,7 @@ func TestShardsReadByDuckDB(t *testing.T) {
 	if err := os.WriteFile(script, []byte(duckDBScript), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	s := rollOutOnPolicy(t, false)
+	s := rollOutOnPolicy(t, false, nil)
 	query := func(kind, prefix string) []map[string]any {
 		files, _ := filepath.Glob(filepath.Join(s.dir, prefix+"*.parquet"))
 		out, err := exec.Command(node, append([]string{script, kind}, files...)...).Output()

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -23,6 +24,9 @@ type runFlags struct {
 	textMode, tokenIDs, logprobs  bool
 	maxToolCalls, maxContext      int64
 	episodeTimeout                time.Duration
+	branches, forkDepth           int64
+	forkAt                        string
+	branchBudget                  float64
 }
 
 func (f *runFlags) bind(cmd *cobra.Command, defaultKind string) {
@@ -42,6 +46,32 @@ func (f *runFlags) bind(cmd *cobra.Command, defaultKind string) {
 	fs.Int64Var(&f.maxToolCalls, "max-tool-calls", 20, "tool calls per episode before the final answer")
 	fs.Int64Var(&f.maxContext, "max-context-tokens", 40000, "model context; older observations are trimmed past 70% of it")
 	fs.DurationVar(&f.episodeTimeout, "episode-timeout", 15*time.Minute, "wall time of one episode (0: none)")
+	fs.Int64Var(&f.branches, "branches", 0, "branch rollouts: once an instance's samples are in, fork them into this many continuations at each fork point (0: none)")
+	fs.StringVar(&f.forkAt, "fork-at", "auto", "fork points of --branches: comma-separated turns (every sample forks at each it lived past), or auto (the turns whose --fork-depth history group has no sibling, cheapest first, within --branch-budget)")
+	fs.Float64Var(&f.branchBudget, "branch-budget", 0.25, "auto fork points: extra turns per instance, as a share of its samples' turns")
+	fs.Int64Var(&f.forkDepth, "fork-depth", 2, "auto fork points: the history depth whose groups are thinned (the learner's --H)")
+}
+
+// branching reads the branch flags.
+func (f *runFlags) branching() (schema.Branching, error) {
+	b := schema.Branching{Branches: f.branches}
+	if f.branches > 0 {
+		b.Budget, b.Depth = f.branchBudget, f.forkDepth
+		if f.forkAt != "auto" {
+			b.Budget, b.Depth = 0, 0
+			for _, field := range strings.Split(f.forkAt, ",") {
+				t, err := strconv.ParseInt(strings.TrimSpace(field), 10, 64)
+				if err != nil {
+					return b, usagef("--fork-at %q: want comma-separated turns or auto", f.forkAt)
+				}
+				b.ForkAt = append(b.ForkAt, t)
+			}
+		}
+	}
+	if err := b.Validate(); err != nil {
+		return b, &usageError{err}
+	}
+	return b, nil
 }
 
 // spec validates the flags and returns the run's spec.
@@ -70,6 +100,11 @@ func (f *runFlags) spec() (schema.RunSpec, error) {
 	if err := policy.ValidateSampling(s.Sampling); err != nil {
 		return schema.RunSpec{}, &usageError{err}
 	}
+	b, err := f.branching()
+	if err != nil {
+		return schema.RunSpec{}, err
+	}
+	s.Branching = b
 	return s, nil
 }
 

@@ -126,14 +126,26 @@ func parseSweep(sweep string) ([]int, error) {
 }
 
 func printSweep(e *env, rows []learner.SweepRow) {
-	fmt.Fprintln(e.stdout, "H  coverage by depth (k=0 episode, 1..H+1)            advantage mean / std")
-	for _, r := range rows {
-		var cov []string
-		for _, c := range r.Coverage {
-			cov = append(cov, fmt.Sprintf("%.3f", c))
-		}
-		fmt.Fprintf(e.stdout, "%-2d %-48s %+.4f / %.4f\n", r.H, strings.Join(cov, " "), r.Mean, r.Std)
+	fmt.Fprintln(e.stdout, "H  steps          coverage by depth (k=0 episode, 1..H+1)            advantage mean / std")
+	line := func(h int, who string, coverage []float64, mean, std float64) {
+		fmt.Fprintf(e.stdout, "%-2d %-14s %-48s %+.4f / %.4f\n", h, who, coverages(coverage), mean, std)
 	}
+	for _, r := range rows {
+		if r.Base == nil {
+			line(r.H, "all", r.Coverage, r.Mean, r.Std)
+			continue
+		}
+		line(r.H, "base only", r.Base.Coverage, r.Base.Mean, r.Base.Std)
+		line(r.H, "base+branches", r.Coverage, r.Mean, r.Std)
+	}
+}
+
+func coverages(cs []float64) string {
+	var out []string
+	for _, c := range cs {
+		out = append(out, fmt.Sprintf("%.3f", c))
+	}
+	return strings.Join(out, " ")
 }
 
 func printDiagnostics(e *env, d learner.Diagnostics) {
@@ -144,6 +156,16 @@ func printDiagnostics(e *env, d learner.Diagnostics) {
 		cov = append(cov, fmt.Sprintf("k=%d %.3f", k, c))
 	}
 	fmt.Fprintf(e.stdout, "group coverage: %s\n", strings.Join(cov, ", "))
+	if b := d.Branches; b != nil {
+		var base []string
+		for k, c := range b.BaseCoverage {
+			base = append(base, fmt.Sprintf("k=%d %.3f", k, c))
+		}
+		fmt.Fprintf(e.stdout, "branches: %d played %d turns of their own (%.2fx the base samples' %d) and %d tokens (base %d)\n",
+			b.Branches, b.BranchSteps, float64(b.BaseSteps+b.BranchSteps)/float64(max(b.BaseSteps, 1)), b.BaseSteps, b.BranchTokens, b.BaseTokens)
+		fmt.Fprintf(e.stdout, "base samples alone: group coverage %s; advantage mean %+.4f std %.4f\n",
+			strings.Join(base, ", "), b.BaseAdvantageMean, b.BaseAdvantageStd)
+	}
 	fmt.Fprintf(e.stdout, "advantage histogram [-2,2] by 0.25: %v\nweight histogram [0,3] by 0.25: %v\n", d.AdvantageHistogram, d.WeightHistogram)
 }
 

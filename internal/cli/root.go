@@ -164,7 +164,11 @@ func (e *env) progress(label string) (report func(done, total int), finish func(
 		}
 		return bar
 	}
-	report = func(done, total int) { current(total).Set(done) }
+	report = func(done, total int) {
+		b := current(total)
+		b.SetTotal(total)
+		b.Set(done)
+	}
 	finish = func() {
 		if b := current(-1); b != nil {
 			b.Finish()

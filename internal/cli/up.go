@@ -186,7 +186,7 @@ func runUp(ctx context.Context, e *env, o *upOptions) error {
 			}})
 	})
 	defer roles.stop()
-	if err := waitUp(ctx, e, b, pub.Manifest, len(report.Instances), roles); err != nil {
+	if err := waitUp(ctx, e, b, pub.Manifest, report.Instances, roles); err != nil {
 		return err
 	}
 	roles.stop()
@@ -280,30 +280,35 @@ func (r *upRoles) stop() {
 	})
 }
 
-// waitUp shows progress until every expected job has a trajectory and
-// every group a shard, or a role fails.
-func waitUp(ctx context.Context, e *env, b *bus.Bus, m *schema.RunManifest, groups int, roles *upRoles) error {
+// waitUp shows progress until every expected job (branches included) has
+// a trajectory and every group a shard, or a role fails. The run's
+// branches are planned and published here, as the coordinator does.
+func waitUp(ctx context.Context, e *env, b *bus.Bus, m *schema.RunManifest, instances []schema.Instance, roles *upRoles) error {
 	report, finish := e.progress("rollouts")
 	defer finish()
-	tracker, err := b.TrackRun(ctx, m, true)
-	if err != nil {
-		return err
-	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	answered := make(chan error, 1)
+	go func() {
+		answered <- coordinator.Wait(ctx, b, m, coordinator.WaitOptions{Instances: instances, Progress: report,
+			OnError: func(err error) { e.log.Warn().Err(err).Msg("following the run") }})
+	}()
+	done := false
 	for {
-		n, err := tracker.Update(ctx)
-		if err != nil {
-			return err
-		}
-		report(min(n, m.Expected), m.Expected)
-		if n >= m.Expected && roles.closed.Load() >= int64(groups) {
-			return nil
-		}
 		select {
+		case err := <-answered:
+			if err != nil {
+				return err
+			}
+			done = true
 		case err := <-roles.errs:
 			return err
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(200 * time.Millisecond):
+		}
+		if done && roles.closed.Load() >= int64(len(instances)) {
+			return nil
 		}
 	}
 }
@@ -311,9 +316,17 @@ func waitUp(ctx context.Context, e *env, b *bus.Bus, m *schema.RunManifest, grou
 // scoreUp evaluates the run's archived trajectories against its gold and
 // prints the table.
 func scoreUp(e *env, runID, learnerOut string, report *coordinator.GoldReport, archived []schema.Trajectory) error {
+	// The policy is scored on its base samples: a branch's answer is
+	// conditioned on a prefix it did not choose.
 	var trs []schema.Trajectory
+	branches, branchTurns := 0, 0
 	for _, tr := range archived {
-		if tr.RunID == runID && tr.Iteration == 0 {
+		switch {
+		case tr.RunID != runID || tr.Iteration != 0:
+		case tr.Fork.IsBranch():
+			branches++
+			branchTurns += len(tr.Turns) - tr.OwnTurns()
+		default:
 			trs = append(trs, tr)
 		}
 	}
@@ -334,7 +347,10 @@ func scoreUp(e *env, runID, learnerOut string, report *coordinator.GoldReport, a
 		rep.Overall[k] = v
 	}
 	printReport(e, rep)
-	fmt.Fprintf(e.stdout, "\nrun %s: %d trajectories archived in %s, shards in %s\n", runID, len(trs),
+	fmt.Fprintf(e.stdout, "\nrun %s: %d trajectories archived in %s, shards in %s\n", runID, len(trs)+branches,
 		filepath.Join(learnerOut, "archive"), filepath.Join(learnerOut, "shards"))
+	if branches > 0 {
+		fmt.Fprintf(e.stdout, "  scored above: the %d base samples; %d branches played %d turns of their own\n", len(trs), branches, branchTurns)
+	}
 	return nil
 }

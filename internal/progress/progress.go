@@ -35,6 +35,14 @@ func New(w io.Writer, label string, total int) *Bar {
 	return b
 }
 
+// SetTotal changes the number of steps, for work that grows as it goes
+// (branches planned once their parents are in).
+func (b *Bar) SetTotal(total int) {
+	b.mu.Lock()
+	b.total = total
+	b.mu.Unlock()
+}
+
 // Set records that n steps are done.
 func (b *Bar) Set(n int) {
 	b.mu.Lock()

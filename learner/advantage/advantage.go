@@ -74,6 +74,11 @@ func (c Config) Validate() error {
 type Trajectory struct {
 	Returns []float64
 	Actions []string
+	// Shared counts the leading steps that belong to another trajectory
+	// of the pool (a branch's replayed prefix is its parent's steps):
+	// they are history for the later steps but join no group, count in
+	// no coverage and get advantage and weight 0 here.
+	Shared int
 }
 
 // Result holds per-trajectory, per-step advantages and weights, plus the
@@ -98,7 +103,10 @@ func Pool(trs []Trajectory, cfg Config) (*Result, error) {
 		if len(tr.Returns) != len(tr.Actions) {
 			return nil, fmt.Errorf("trajectory %d: %d returns for %d actions", i, len(tr.Returns), len(tr.Actions))
 		}
-		res.Steps += len(tr.Returns)
+		if tr.Shared < 0 || tr.Shared > len(tr.Returns) {
+			return nil, fmt.Errorf("trajectory %d: %d shared steps of %d", i, tr.Shared, len(tr.Returns))
+		}
+		res.Steps += len(tr.Returns) - tr.Shared
 	}
 
 	// items[i][t] collects (k, A^k) pairs.
@@ -108,7 +116,11 @@ func Pool(trs []Trajectory, cfg Config) (*Result, error) {
 	}
 	// One backing array: a step holds at most maxK+1 items.
 	items := make([][][]item, len(trs))
-	backing := make([]item, res.Steps*(maxK+1))
+	all := 0
+	for _, tr := range trs {
+		all += len(tr.Returns)
+	}
+	backing := make([]item, all*(maxK+1))
 	for i, tr := range trs {
 		items[i] = make([][]item, len(tr.Returns))
 		for t := range items[i] {
@@ -116,7 +128,10 @@ func Pool(trs []Trajectory, cfg Config) (*Result, error) {
 		}
 	}
 
-	// Episode level: first-step returns against their mean.
+	// Episode level: first-step returns against their mean. Every
+	// complete trajectory counts once, a branch too (its first-step
+	// return runs through its parent's prefix and then its own turns);
+	// its advantage goes to the steps it owns.
 	if !cfg.NoEpisode {
 		var firsts []float64
 		var who []int
@@ -129,10 +144,10 @@ func Pool(trs []Trajectory, cfg Config) (*Result, error) {
 		if len(firsts) >= 2 {
 			adv := normalise(firsts, cfg)
 			for j, i := range who {
-				for t := range trs[i].Returns {
+				for t := trs[i].Shared; t < len(trs[i].Returns); t++ {
 					items[i][t] = append(items[i][t], item{0, adv[j]})
 				}
-				res.Covered[0] += len(trs[i].Returns)
+				res.Covered[0] += len(trs[i].Returns) - trs[i].Shared
 			}
 		}
 	}
@@ -151,7 +166,7 @@ func Pool(trs []Trajectory, cfg Config) (*Result, error) {
 		index := map[string]int{}
 		var groups [][]member
 		for i, tr := range trs {
-			for t := range tr.Returns {
+			for t := tr.Shared; t < len(tr.Returns); t++ {
 				var ok bool
 				if key, ok = appendHistoryKey(key[:0], actions[i], t, k, cfg.Scheme); !ok {
 					continue
@@ -201,7 +216,9 @@ func Pool(trs []Trajectory, cfg Config) (*Result, error) {
 				a = num / (den + cfg.DepthEpsilon)
 			}
 			res.Advantages[i][t] = a
-			res.Weights[i][t] = Weight(a, cfg)
+			if t >= tr.Shared {
+				res.Weights[i][t] = Weight(a, cfg)
+			}
 		}
 	}
 	return res, nil

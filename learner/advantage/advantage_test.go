@@ -3,6 +3,7 @@ package advantage
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
@@ -232,5 +233,58 @@ func TestValidate(t *testing.T) {
 	}
 	if _, err := Pool([]Trajectory{{Returns: []float64{1}}}, DefaultConfig()); err == nil {
 		t.Error("mismatched returns and actions accepted")
+	}
+}
+
+// TestSharedStepsCountOnce: a branch (B, forked from A at step 1) shares
+// A's step 0. That step is A's alone: it joins no group through B, counts
+// once in the steps and coverage, and B gets advantage and weight 0 there.
+// B's step 1 is the sibling of A's step 1 (same history), and their
+// advantage there is exactly the difference of their returns from the
+// pair's mean, at each depth that keys them.
+func TestSharedStepsCountOnce(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.NoEpisode = true
+	a := Trajectory{Returns: []float64{1.0, 0.8, 0.5}, Actions: []string{"s", "x", "y"}}
+	b := Trajectory{Returns: []float64{0.6, 0.4, 0.2}, Actions: []string{"s", "u", "v"}, Shared: 1}
+	c := Trajectory{Returns: []float64{0.3, 0.1}, Actions: []string{"r", "q"}}
+	tests := []struct {
+		name    string
+		trs     []Trajectory
+		steps   int
+		covered []int
+	}{
+		// k=1: A0 and C0 (empty history), A1 and B1 (after s); k=2, 3:
+		// A0 and C0 only (A1/B1 have one action of history).
+		{"branch", []Trajectory{a, b, c}, 7, []int{0, 4, 2, 2}},
+		// Counted twice, B's copy of step 0 would pair with A's.
+		{"branch counted twice", []Trajectory{a, {Returns: b.Returns, Actions: b.Actions}, c}, 8, []int{0, 5, 3, 3}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			res, err := Pool(tt.trs, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Steps != tt.steps || !slices.Equal(res.Covered, tt.covered) {
+				t.Errorf("steps %d covered %v, want %d %v", res.Steps, res.Covered, tt.steps, tt.covered)
+			}
+		})
+	}
+	res, err := Pool([]Trajectory{a, b, c}, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Advantages[1][0] != 0 || res.Weights[1][0] != 0 {
+		t.Errorf("B's shared step: advantage %g weight %g, want 0 and 0", res.Advantages[1][0], res.Weights[1][0])
+	}
+	// Step 1: only depth 1 groups A1 and B1: A = ±(0.8-0.4)/2.
+	w := 2.0 // (k+1)^1 at k=1
+	want := w * 0.2 / (w + cfg.DepthEpsilon)
+	if math.Abs(res.Advantages[0][1]-want) > 1e-12 || math.Abs(res.Advantages[1][1]+want) > 1e-12 {
+		t.Errorf("A1 %g, B1 %g; want ±%g", res.Advantages[0][1], res.Advantages[1][1], want)
+	}
+	if _, err := Pool([]Trajectory{{Returns: []float64{1}, Actions: []string{"s"}, Shared: 2}}, cfg); err == nil {
+		t.Error("more shared steps than steps was accepted")
 	}
 }

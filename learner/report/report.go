@@ -282,6 +282,9 @@ func (r *Report) evaluate(s *series, l lang.Language) error {
 	var preds []schema.LocOutput
 	golds := map[string]schema.Gold{}
 	for _, tr := range s.trs {
+		if tr.Fork.IsBranch() {
+			continue // the policy is scored on its base samples
+		}
 		preds = append(preds, schema.LocOutput{InstanceID: tr.InstanceID, Sample: tr.Sample,
 			Files: tr.Predictions.Files, Modules: tr.Predictions.Modules, Entities: tr.Predictions.Entities})
 		if loc, ok := s.gold[tr.InstanceID]; ok {

@@ -96,6 +96,9 @@ type Episode struct {
 	Tools *tools.Set
 	Graph *codegraph.Graph
 	Model Model
+	// Parent is the recorded trajectory a branch (Job.Fork) starts from;
+	// nil for a base sample.
+	Parent *schema.Trajectory
 	// Hooks for tests and metrics; nil is fine.
 	OnTurn func(schema.Turn)
 }
@@ -124,10 +127,23 @@ func Run(ctx context.Context, cfg Config, ep Episode) (schema.Trajectory, error)
 	pkg := schema.Instance{InstanceID: job.InstanceID}.PackageName()
 	msgs := []llm.Message{
 		{Role: "system", Content: systemPrompt},
-		{Role: "user", Content: userPrompt(pkg, job.ProblemStatement, job.Sample)},
+		{Role: "user", Content: userPrompt(pkg, job.ProblemStatement, promptSample(job))},
 	}
 	if data, err := json.Marshal(specs); err == nil {
 		tr.ToolsJSON = string(data)
+	}
+	model := ep.Model
+	call := func(ctx context.Context, _ int, name string, args json.RawMessage) tools.Result {
+		return ep.Tools.Call(ctx, name, args)
+	}
+	var prefix *prefix
+	if job.Fork.IsBranch() {
+		var err error
+		if prefix, err = newPrefix(ep.Parent, job, tr.ToolsJSON); err != nil {
+			tr.Status, tr.Error, tr.FinishedAt = schema.StatusInfraError, err.Error(), time.Now().UTC()
+			return tr, nil
+		}
+		model, call = prefix.model(model), prefix.call(call)
 	}
 	var toolCalls int
 	var answer string
@@ -147,7 +163,7 @@ func Run(ctx context.Context, cfg Config, ep Episode) (schema.Trajectory, error)
 			nudged = true
 		}
 		start := time.Now()
-		sent, reply, err := next(ctx, ep.Model, cfg, msgs, lastPrompt, ModelRequest{InstanceID: job.InstanceID,
+		sent, reply, err := next(ctx, model, cfg, msgs, lastPrompt, ModelRequest{InstanceID: job.InstanceID,
 			Sample: job.Sample, Seed: job.Sampling.Seed, Turn: turn, TextMode: cfg.TextMode, Language: syntax.lang}, specs)
 		latency := time.Since(start)
 		if err != nil {
@@ -159,6 +175,9 @@ func Run(ctx context.Context, cfg Config, ep Episode) (schema.Trajectory, error)
 				return tr, ctx.Err()
 			}
 			tr.Status, tr.Error = schema.StatusPolicyError, err.Error()
+			if prefix != nil && turn < prefix.turns {
+				tr.Status = schema.StatusInfraError // the record, not the policy
+			}
 			break
 		}
 		lastPrompt = reply.PromptTokens
@@ -197,22 +216,26 @@ func Run(ctx context.Context, cfg Config, ep Episode) (schema.Trajectory, error)
 			} else {
 				msgs = append(msgs, llm.Message{Role: "user", Content: keepGoing})
 			}
-			tr.Turns = append(tr.Turns, record(turnRec, ep.OnTurn))
+			if err := prefix.consumed(turn); err != nil {
+				tr.Status, tr.Error = schema.StatusInfraError, err.Error()
+				break
+			}
+			tr.Turns = append(tr.Turns, record(prefix.recorded(turn, turnRec), ep.OnTurn))
 			continue
 		}
 		var observations []string
 		var surfaced schema.Locations
 		toolStart := time.Now()
-		for i, call := range calls {
-			args := canonicalArgs(call.Function.Arguments)
+		for i, c := range calls {
+			args := canonicalArgs(c.Function.Arguments)
 			if i == 0 {
-				turnRec.ToolName, turnRec.ToolArgs = call.Function.Name, args
-				turnRec.ActionKey = call.Function.Name + args
+				turnRec.ToolName, turnRec.ToolArgs = c.Function.Name, args
+				turnRec.ActionKey = c.Function.Name + args
 			}
-			if nudged && call.Function.Name != tools.Finish {
+			if nudged && c.Function.Name != tools.Finish {
 				continue // the answer turn: no more exploration
 			}
-			res := ep.Tools.Call(ctx, call.Function.Name, json.RawMessage(call.Function.Arguments))
+			res := call(ctx, turn, c.Function.Name, json.RawMessage(c.Function.Arguments))
 			if res.Finish {
 				answer, finished = res.Answer, true
 				break
@@ -220,18 +243,23 @@ func Run(ctx context.Context, cfg Config, ep Episode) (schema.Trajectory, error)
 			toolCalls++
 			obs := "OBSERVATION:\n" + res.Observation
 			observations = append(observations, obs)
+			turnRec.ObservationParts = append(turnRec.ObservationParts, int64(len(obs)))
 			surfaced = mergeLocations(surfaced, res.Surfaced)
 			if cfg.TextMode {
-				msgs = append(msgs, llm.Message{Role: "user", Content: "EXECUTION RESULT of [" + call.Function.Name + "]:\n" + obs})
+				msgs = append(msgs, llm.Message{Role: "user", Content: "EXECUTION RESULT of [" + c.Function.Name + "]:\n" + obs})
 			} else {
-				msgs = append(msgs, llm.Message{Role: "tool", Content: obs, ToolCallID: call.ID, Name: call.Function.Name})
+				msgs = append(msgs, llm.Message{Role: "tool", Content: obs, ToolCallID: c.ID, Name: c.Function.Name})
 			}
 		}
 		turnRec.ToolLatencyMS = ms(time.Since(toolStart))
 		turnRec.Observation = strings.Join(observations, "\n\n")
 		turnRec.ObservationChars = int64(len([]rune(turnRec.Observation)))
 		turnRec.Surfaced = surfaced
-		tr.Turns = append(tr.Turns, record(turnRec, ep.OnTurn))
+		if err := prefix.consumed(turn); err != nil {
+			tr.Status, tr.Error = schema.StatusInfraError, err.Error()
+			break
+		}
+		tr.Turns = append(tr.Turns, record(prefix.recorded(turn, turnRec), ep.OnTurn))
 	}
 	if strings.TrimSpace(answer) == "" || !syntax.inText.MatchString(answer) {
 		answer = syntax.fallbackAnswer(answer, msgs)
@@ -240,6 +268,15 @@ func Run(ctx context.Context, cfg Config, ep Episode) (schema.Trajectory, error)
 	tr.Predictions = parseAnswer(answer, ep.Graph, syntax)
 	tr.FinishedAt = time.Now().UTC()
 	return tr, nil
+}
+
+// promptSample is the sample whose task prompt the episode gets: a
+// branch continues its parent's conversation, hint included.
+func promptSample(job schema.Job) int64 {
+	if job.Fork.IsBranch() {
+		return job.Fork.ParentSample
+	}
+	return job.Sample
 }
 
 // maxOverflowRetries bounds re-sends after the server reports a context
