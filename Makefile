@@ -58,6 +58,10 @@ bench: ## run the benchmarks (see docs/BENCHMARKS.md); set A2FARM_BENCH_PYFILE f
 bench-scale: ## a farm past one machine's worth of workers on loopback: 32 worker processes × 64 episodes against one NATS server and a latency-only policy (docs/SCALING.md)
 	A2FARM_BENCH_SCALE=1 $(GO) test ./internal/cli -run '^$$' -bench Scale -benchtime 1x -timeout 60m -v | tee $(RUN_DIR)/bench-scale.txt
 
+.PHONY: bench-branches
+bench-branches: ## independent samples vs branch rollouts on real repositories (heuristic over the OpenAI protocol, prefix-cache token counts; needs the repos in $(REPOS))
+	A2FARM_BENCH_BRANCHES=1 A2FARM_REPOS=$(abspath $(REPOS)) $(GO) test ./internal/cli -run '^$$' -bench Branches -benchtime 1x -timeout 60m | tee $(RUN_DIR)/bench-branches.txt
+
 .PHONY: bench-farm-split
 bench-farm-split: ## farm vs localize with the worker on its own core and the NATS server on another (needs taskset)
 	scripts/bench-farm-split.sh

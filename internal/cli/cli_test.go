@@ -6,25 +6,27 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/a2farm/a2farm/internal/pyparse"
-	"github.com/spf13/cobra"
-	"github.com/spf13/pflag"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/a2farm/a2farm/internal/policytest"
+	"github.com/a2farm/a2farm/internal/pyparse"
+	"github.com/a2farm/a2farm/learner"
 	"github.com/a2farm/a2farm/schema"
 )
 
-func run(t *testing.T, args ...string) (code int, stdout, stderr string) {
+func run(t testing.TB, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	var out, errOut bytes.Buffer
 	code = Run(context.Background(), args, &out, &errOut)
@@ -307,6 +309,10 @@ func TestUpMatchesReplay(t *testing.T) {
 	}{
 		{"heuristic", nil},
 		{"openai-protocol server", []string{"--policy", "openai", "--base-url", policy.URL + "/v1", "--model", "m"}},
+		// Branches go through the whole farm: planned by up's coordinator
+		// from the log, replayed by workers from the log, grouped by the
+		// learner with their parents.
+		{"heuristic with branches", []string{"--branches", "1", "--fork-at", "1,2"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) { testUpMatchesReplay(t, tc.policy) })
 	}
@@ -316,7 +322,7 @@ func testUpMatchesReplay(t *testing.T, policy []string) {
 	out := filepath.Join(t.TempDir(), "up")
 	code, stdout, errOut := run(t, append([]string{"up", "--out", out, "--run", "e2e", "--samples", "3", "--workers", "3",
 		"--concurrency", "2"}, policy...)...)
-	if code != 0 || !strings.Contains(stdout, "18 trajectories archived") {
+	if code != 0 || !strings.Contains(stdout, " trajectories archived") {
 		t.Fatalf("up: exit %d\n%s\n%s", code, stdout, errOut)
 	}
 	page := filepath.Join(out, "report.html")
@@ -332,11 +338,22 @@ func testUpMatchesReplay(t *testing.T, policy []string) {
 		t.Fatal(err)
 	}
 	seen := map[string]int{}
+	base := 0
 	for _, tr := range trs {
 		seen[tr.JobID]++
+		if !tr.Fork.IsBranch() {
+			base++
+		}
 	}
-	if len(seen) != 18 {
-		t.Errorf("%d distinct jobs archived, want 18", len(seen))
+	branches := len(trs) - base
+	if base != 18 || len(seen) != len(trs) || !strings.Contains(stdout, fmt.Sprintf("%d trajectories archived", len(trs))) {
+		t.Errorf("%d distinct jobs archived of %d (%d base), want 18 base samples once each", len(seen), len(trs), base)
+	}
+	if wantBranches := slices.Contains(policy, "--branches"); wantBranches != (branches > 0) {
+		t.Errorf("%d branches archived (asked for: %v)", branches, wantBranches)
+	}
+	if branches > 0 {
+		checkBranchGroups(t, trs, filepath.Join(out, "learner", "shards", "e2e", "0", "*"))
 	}
 	// Replay the archive with the same (default) hyperparameters.
 	gt := filepath.Join(t.TempDir(), "gt.jsonl")
@@ -365,7 +382,7 @@ func testUpMatchesReplay(t *testing.T, policy []string) {
 		Series []struct{ Trajectories int } `json:"series"`
 	}
 	if data, err := os.ReadFile(numbers); err != nil || json.Unmarshal(data, &rep) != nil || len(rep.Series) != 1 ||
-		rep.Series[0].Trajectories != 18 {
+		rep.Series[0].Trajectories != len(trs) {
 		t.Errorf("report numbers: %+v (%v)", rep, err)
 	}
 	farmRows := readShardRows(t, filepath.Join(out, "learner", "shards", "e2e", "0", "*"))
@@ -377,6 +394,74 @@ func testUpMatchesReplay(t *testing.T, policy []string) {
 		got, ok := farmRows[id]
 		if !ok || !reflect.DeepEqual(got.Weights, row.Weights) || !reflect.DeepEqual(got.Messages, row.Messages) {
 			t.Errorf("shard row %s differs between the farm and replay", id)
+		}
+	}
+}
+
+// checkBranchGroups: every branch forks a parent that played to its end at
+// a turn the parent lived past, with exactly its parent's first turns;
+// each instance's shard manifest counts its branches and their own steps;
+// and across the shards every turn is trained at most once — a branch's
+// replayed turns never.
+func checkBranchGroups(t *testing.T, trs []schema.Trajectory, shardsGlob string) {
+	t.Helper()
+	byJob := map[string]schema.Trajectory{}
+	for _, tr := range trs {
+		byJob[tr.JobID] = tr
+	}
+	branches, ownSteps := map[string]int{}, map[string]int{}
+	for _, tr := range trs {
+		if !tr.Fork.IsBranch() {
+			continue
+		}
+		parent, ok := byJob[tr.Fork.ParentJobID]
+		if !ok || parent.Status != schema.StatusOK && parent.Status != schema.StatusTruncated || tr.Fork.Turn >= int64(len(parent.Turns)) {
+			t.Errorf("%s forks %s (%s, %d turns) at turn %d", tr.JobID, tr.Fork.ParentJobID, parent.Status, len(parent.Turns), tr.Fork.Turn)
+			continue
+		}
+		for i := range tr.Fork.Turn {
+			if !turnsEqual(tr.Turns[i], parent.Turns[i]) {
+				t.Errorf("%s: replayed turn %d is not its parent's", tr.JobID, i)
+			}
+		}
+		branches[tr.InstanceID]++
+		ownSteps[tr.InstanceID] += len(tr.Turns) - tr.OwnTurns()
+	}
+	manifests, _ := filepath.Glob(filepath.Join(shardsGlob, "manifest.json"))
+	for _, path := range manifests {
+		var m struct {
+			Params struct {
+				Source      struct{ Instance string }
+				Diagnostics learner.Diagnostics
+			}
+		}
+		data, err := os.ReadFile(path)
+		if err != nil || json.Unmarshal(data, &m) != nil {
+			t.Fatalf("manifest %s: %v", path, err)
+		}
+		inst, d := m.Params.Source.Instance, m.Params.Diagnostics.Branches
+		if branches[inst] == 0 {
+			continue
+		}
+		if d == nil || d.Branches != branches[inst] || d.BranchSteps != ownSteps[inst] {
+			t.Errorf("%s: the shard manifest reports branches %+v; want %d branches, %d own steps", inst, d, branches[inst], ownSteps[inst])
+		}
+	}
+	trained := map[string]int{}
+	for _, row := range readShardRows(t, shardsGlob) {
+		for a, turn := range row.Turns {
+			if row.Weights[a] == 0 && (turn < row.FirstTurn || turn > row.LastTurn) {
+				continue // context
+			}
+			trained[fmt.Sprintf("%s#%d", row.JobID, turn)]++
+			if tr := byJob[row.JobID]; turn < tr.Fork.Turn {
+				t.Errorf("%s: replayed turn %d is trained in the branch's row", row.JobID, turn)
+			}
+		}
+	}
+	for turn, n := range trained {
+		if n != 1 {
+			t.Errorf("turn %s is trained in %d rows", turn, n)
 		}
 	}
 }
