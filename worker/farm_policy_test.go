@@ -8,6 +8,7 @@ import (
 	"github.com/a2farm/a2farm/internal/pyparse"
 	"github.com/a2farm/a2farm/worker/repoindex"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -315,5 +316,64 @@ func TestAWorkerWithoutTheRepositoryPassesTheJobOn(t *testing.T) {
 		if got := len(hb.Lacks) > 0; got != want {
 			t.Errorf("worker %s advertises lacking %v", hb.ID, hb.Lacks)
 		}
+	}
+}
+
+// TestABranchReplaysItsParentFromTheLog: a worker plays a branch job by
+// reading its parent's trajectory from the log at the sequence the job
+// names; when that record is gone or holds another job, the branch is
+// given up with the reason (an infra_error and a dead letter), never
+// played from another record.
+func TestABranchReplaysItsParentFromTheLog(t *testing.T) {
+	f := newPolicyFarm(t)
+	defer f.startWorker("w", policy.RegistryConfig{})()
+	spec := schema.RunSpec{Seed: 1, Policy: schema.Policy{Kind: schema.PolicyHeuristic}, Limits: schema.Limits{MaxToolCalls: 20, MaxContextTokens: 40000}}
+	parents := f.run("fork", 1, spec)
+	seqOf := map[string]int64{}
+	for seq := int64(1); len(seqOf) < len(parents); seq++ {
+		tr, err := f.b.TrajectoryAt(f.ctx, seq)
+		if err != nil {
+			t.Fatalf("log message %d: %v", seq, err)
+		}
+		seqOf[tr.JobID] = seq
+	}
+	in0, in1 := f.l.Instances[0], f.l.Instances[1]
+	p0 := parents[schema.JobID("fork", 0, in0.InstanceID, 0)]
+	p1 := parents[schema.JobID("fork", 0, in1.InstanceID, 0)]
+	branch := func(in schema.Instance, p schema.Trajectory, sample, logSeq int64) schema.Job {
+		return spec.Branch("fork", 0, in, sample, schema.Fork{ParentJobID: p.JobID, ParentSample: p.Sample, Turn: 1, LogSeq: logSeq})
+	}
+	jobs := []schema.Job{
+		branch(in0, p0, 1, seqOf[p0.JobID]), // played
+		branch(in0, p0, 2, 9999),            // gone
+		branch(in1, p1, 1, seqOf[p0.JobID]), // another job's record
+	}
+	for _, j := range jobs {
+		if err := f.b.PublishJob(f.ctx, j); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := map[string]schema.Trajectory{}
+	for deadline := time.Now().Add(30 * time.Second); len(got) < len(jobs) && time.Now().Before(deadline); {
+		msg, err := f.cons.Next(jetstream.FetchMaxWait(2 * time.Second))
+		if err != nil {
+			continue
+		}
+		tr, err := f.b.DecodeTrajectory(f.ctx, msg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got[tr.JobID] = tr
+	}
+	if tr := got[jobs[0].JobID]; tr.Status != schema.StatusOK || tr.OwnTurns() != 1 || !reflect.DeepEqual(tr.Turns[0], p0.Turns[0]) {
+		t.Errorf("the branch of a record in the log: %s %q, %d turns replayed", tr.Status, tr.Error, tr.OwnTurns())
+	}
+	for _, j := range jobs[1:] {
+		if tr := got[j.JobID]; tr.Status != schema.StatusInfraError || !strings.Contains(tr.Error, "record of parent") {
+			t.Errorf("%s: %s %q, want it given up because its parent's record is gone", j.JobID, tr.Status, tr.Error)
+		}
+	}
+	if dead, err := f.b.DeadCount(f.ctx, "fork"); err != nil || dead != 2 {
+		t.Errorf("%d dead letters (%v), want the 2 branches without a record", dead, err)
 	}
 }

@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/a2farm/a2farm/schema"
@@ -49,6 +50,16 @@ func TestBranchesResendTheParentsRequests(t *testing.T) {
 			checkMessageRows(t, s.rows, s.requests)
 			checkTokenRows(t, s.tokens, s.rows, s.script.replies, len(s.requests))
 			checkManifest(t, s)
+			// replay --sweep-H reports base only beside base + branches.
+			code, out, errOut := run(t, "replay", "--archive", s.archive, "--gold", s.gold, "--keep-unsuccessful",
+				"--sweep-H", "0,2", "--out", t.TempDir())
+			branches := samples * (turns - 1)
+			for _, want := range []string{"0  base only ", "0  base+branches ", "2  base only ", "2  base+branches ",
+				fmt.Sprintf("branches: %d played %d turns of their own", branches, samples*(turns-1)*turns/2), "base samples alone: group coverage"} {
+				if code != 0 || !strings.Contains(out, want) {
+					t.Errorf("replay --sweep-H (exit %d) does not say %q:\n%s%s", code, want, out, errOut)
+				}
+			}
 			trs, err := schema.ReadTrajectoryDir(s.archive)
 			if err != nil {
 				t.Fatal(err)

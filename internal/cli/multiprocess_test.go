@@ -325,7 +325,11 @@ func TestMultiProcessFarmSurvivesANATSRestart(t *testing.T) {
 	learnerOut := filepath.Join(dir, "learner")
 	start(t, bin, nil, append([]string{"learner", "--out", learnerOut}, common...)...)
 	coord := exec.Command(bin, append([]string{"coordinator", "--dataset", filepath.Join(dir, "sample", "dataset.jsonl"),
-		"--repos", filepath.Join(dir, "sample", "repos"), "--run", "nr", "--samples", "4", "--policy", "openai", "--model", "m"}, common...)...)
+		"--repos", filepath.Join(dir, "sample", "repos"), "--run", "nr", "--samples", "4", "--policy", "openai", "--model", "m",
+		// Every sample forks at turns 1 and 2: the restart also meets
+		// plans being made, branches being replayed from the log and
+		// groups waiting for their plans.
+		"--branches", "1", "--fork-at", "1,2"}, common...)...)
 	var coordOut strings.Builder
 	coord.Stdout, coord.Stderr = &coordOut, &coordOut
 	if err := coord.Start(); err != nil {
@@ -371,11 +375,19 @@ func TestMultiProcessFarmSurvivesANATSRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	jobs := map[string]int{}
+	branches := 0
 	for _, tr := range trs {
 		jobs[tr.JobID]++
+		if tr.Fork.IsBranch() {
+			branches++
+			if tr.Status != schema.StatusOK || tr.OwnTurns() != int(tr.Fork.Turn) {
+				t.Errorf("branch %s: %s, %d turns replayed of %d", tr.JobID, tr.Status, tr.OwnTurns(), tr.Fork.Turn)
+			}
+		}
 	}
-	if len(jobs) != 24 || len(trs) != 24 {
-		t.Errorf("%d trajectories for %d distinct jobs archived, want 24 and 24", len(trs), len(jobs))
+	// 24 samples of 3 turns, each forked at turns 1 and 2.
+	if len(jobs) != 72 || len(trs) != 72 || branches != 48 {
+		t.Errorf("%d trajectories for %d distinct jobs archived (%d branches), want 72, 72 (48)", len(trs), len(jobs), branches)
 	}
 	shards, _ := filepath.Glob(filepath.Join(learnerOut, "shards", "nr", "0", "*", "manifest.json"))
 	if len(shards) != 6 {

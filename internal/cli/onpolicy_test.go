@@ -147,6 +147,7 @@ type onPolicyShards struct {
 	requests map[int64][]byte // seed → the request's messages as received
 	tools    map[int64][]byte // seed → the request's tools as received
 	archive  string           // the trajectories folder
+	gold     string           // the gold file
 	rows     []schema.ShardRow
 	tokens   []schema.TokenRow
 }
@@ -196,7 +197,7 @@ func rollOutOnPolicy(t *testing.T, textMode bool, extra []string) onPolicyShards
 		}
 		requests[b.Seed], tools[b.Seed] = b.Messages, b.Tools
 	}
-	return onPolicyShards{dir: shards, script: script, requests: requests, tools: tools, archive: filepath.Join(dir, "loc", "trajectories"),
+	return onPolicyShards{dir: shards, script: script, requests: requests, tools: tools, archive: filepath.Join(dir, "loc", "trajectories"), gold: gt,
 		rows:   readParquetDir(t, shards, "shard-", schema.ShardCodec().Decode),
 		tokens: readParquetDir(t, shards, "tokens-", schema.TokenCodec().Decode)}
 }

@@ -19,6 +19,7 @@ var page = template.Must(template.New("report").Funcs(template.FuncMap{
 	"f1":   func(v float64) string { return fmt.Sprintf("%.1f", v) },
 	"pct":  func(v float64) string { return fmt.Sprintf("%.1f%%", 100*v) },
 	"join": strings.Join,
+	"add":  func(a, b int) int { return a + b },
 }).Parse(pageText))
 
 // Figure is one plot of the page.
@@ -85,6 +86,11 @@ func Figures(r *Report) (map[string][]Figure, error) {
 			var cats []string
 			for k := range r.Coverage {
 				cats = append(cats, fmt.Sprintf("k=%d", k))
+			}
+			if b := r.Branches; b != nil {
+				return chart.Bars(chart.Frame{Title: "Group coverage by depth", X: "depth", Y: "share of steps"}, cats,
+					chart.BarGroup{Name: "base samples alone", Values: b.BaseCoverage},
+					chart.BarGroup{Name: "base + branches", Values: r.Coverage})
 			}
 			return chart.Bars(chart.Frame{Title: "Group coverage by depth", X: "depth", Y: "share of steps"}, cats,
 				chart.BarGroup{Values: r.Coverage})

@@ -50,7 +50,10 @@ type Report struct {
 	Weights   Distribution    `json:"weights"`
 	// Coverage[k] is the share of steps whose depth-k history group has a
 	// sibling, k = 0 (episode level) .. H+1.
-	Coverage []float64    `json:"coverage"`
+	Coverage []float64 `json:"coverage"`
+	// Branches compares the series' base samples alone with base +
+	// branches; nil when no series has branches.
+	Branches *Branches    `json:"branches,omitempty"`
 	Sweep    []SweepPoint `json:"sweep"`
 	Turns    []TurnReward `json:"turns"`
 	Commit   []CommitRow  `json:"commit"`
@@ -101,6 +104,20 @@ type Distribution struct {
 	P50  float64    `json:"p50"`
 	P90  float64    `json:"p90"`
 	Max  float64    `json:"max"`
+}
+
+// Branches is what branch rollouts bought and cost over the series: own
+// steps and tokens of base samples and branches, and coverage and
+// advantage spread without and with the branches.
+type Branches struct {
+	Branches     int       `json:"branches"`
+	BaseSteps    int       `json:"base_steps"`
+	BranchSteps  int       `json:"branch_steps"`
+	BaseTokens   int64     `json:"base_tokens"`
+	BranchTokens int64     `json:"branch_tokens"`
+	BaseCoverage []float64 `json:"base_coverage"`
+	BaseStd      float64   `json:"base_advantage_std"`
+	Std          float64   `json:"advantage_std"`
 }
 
 // SweepPoint is the advantage spread and coverage at one history length.
@@ -368,11 +385,16 @@ func (r *Report) method(all []*series) {
 			if lt.Skipped != "" {
 				continue
 			}
-			advs = append(advs, lt.Advantages...)
-			weights = append(weights, lt.Weights...)
+			// A branch's replayed turns are its parent's: counted there.
+			own := lt.Trajectory.OwnTurns()
+			advs = append(advs, lt.Advantages[own:]...)
+			weights = append(weights, lt.Weights[own:]...)
 			for t, p := range lt.Labels.Parts {
-				if t == len(turns) {
-					turns = append(turns, TurnReward{Turn: t})
+				for t >= len(turns) {
+					turns = append(turns, TurnReward{Turn: len(turns)})
+				}
+				if t < own {
+					continue
 				}
 				tr := &turns[t]
 				tr.Trajectories++
@@ -388,8 +410,12 @@ func (r *Report) method(all []*series) {
 	r.Advantage = distribution(advs, chart.Binned(advs, -2, 2, 32))
 	r.Weights = distribution(weights, chart.Binned(weights, 0, math.Max(r.Settings.Clip[1], 1)*1.1, 33))
 	r.Coverage = pooledCoverage(ds, r.Settings.H+2)
+	r.Branches = branchSummary(ds, r.Settings.H+2, r.Advantage.Std)
 	for i := range turns {
 		t := &turns[i]
+		if t.Trajectories == 0 {
+			continue
+		}
 		n := float64(t.Trajectories)
 		t.Discovery, t.StepCost, t.Terminal, t.Commit = t.Discovery/n, t.StepCost/n, t.Terminal/n, t.Commit/n
 		t.Reward, t.Return = t.Reward/n, t.Return/n
@@ -414,7 +440,9 @@ func sweep(all []*series, opts Options) ([]SweepPoint, error) {
 				}
 			}
 			for _, lt := range res.Trajectories {
-				advs = append(advs, lt.Advantages...)
+				if lt.Skipped == "" {
+					advs = append(advs, lt.Advantages[lt.Trajectory.OwnTurns():]...)
+				}
 			}
 			ds = append(ds, res.Diagnostics)
 		}
@@ -422,6 +450,45 @@ func sweep(all []*series, opts Options) ([]SweepPoint, error) {
 		out = append(out, SweepPoint{H: h, Coverage: pooledCoverage(ds, h+2), Mean: d.Mean, Std: d.Std})
 	}
 	return out, nil
+}
+
+// branchSummary pools the series' branch diagnostics; nil without
+// branches. std is the advantage spread with them.
+func branchSummary(ds []learner.Diagnostics, depths int, std float64) *Branches {
+	var b Branches
+	var base []learner.Diagnostics
+	// The base samples' pooled spread, exactly, from each series' count,
+	// mean and spread: E[a²] − E[a]².
+	var n, sum, sumSq float64
+	pool := func(steps int, mean, sd float64) {
+		w := float64(steps)
+		n, sum, sumSq = n+w, sum+w*mean, sumSq+w*(sd*sd+mean*mean)
+	}
+	for _, d := range ds {
+		bd := d.Branches
+		if bd == nil {
+			base = append(base, d)
+			b.BaseSteps += d.Steps
+			pool(d.Steps, d.AdvantageMean, d.AdvantageStd)
+			continue
+		}
+		b.Branches += bd.Branches
+		b.BaseSteps += bd.BaseSteps
+		b.BranchSteps += bd.BranchSteps
+		b.BaseTokens += bd.BaseTokens
+		b.BranchTokens += bd.BranchTokens
+		base = append(base, learner.Diagnostics{Steps: bd.BaseSteps, Coverage: bd.BaseCoverage})
+		pool(bd.BaseSteps, bd.BaseAdvantageMean, bd.BaseAdvantageStd)
+	}
+	if b.Branches == 0 {
+		return nil
+	}
+	b.BaseCoverage = pooledCoverage(base, depths)
+	if n > 0 {
+		b.BaseStd = math.Sqrt(math.Max(0, sumSq/n-(sum/n)*(sum/n)))
+	}
+	b.Std = std
+	return &b
 }
 
 // pooledCoverage is the coverage of several series taken together: each

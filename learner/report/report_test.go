@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"strings"
 	"testing"
@@ -232,5 +233,79 @@ func TestDeadLettersAreCountedNotCosted(t *testing.T) {
 	if r.Series[0].Labeled != base.Series[0].Labeled-1 || r.Cost.Turns.N != base.Cost.Turns.N-1 {
 		t.Errorf("labelled %d, costed %d; want one fewer than %d, %d", r.Series[0].Labeled, r.Cost.Turns.N,
 			base.Series[0].Labeled, base.Cost.Turns.N)
+	}
+}
+
+// TestBuildWithBranchesAgreesWithTheLearner: testdata/branches is a
+// `localize --samples 2 --branches 1 --fork-at 1,2` run of the sample. The
+// report counts a branch's replayed turns once (in the parent), as the
+// learner does, and compares the base samples alone with base + branches
+// with the learner's numbers.
+func TestBuildWithBranchesAgreesWithTheLearner(t *testing.T) {
+	_, opts := sources(t)
+	src, err := Load(filepath.Join("testdata", "branches"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := Build([]*Source{src}, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := learner.Process(src.Trajectories, opts.Gold, opts.Learner)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := res.Diagnostics
+	var base []schema.Trajectory
+	replayed := 0
+	for _, tr := range src.Trajectories {
+		if !tr.Fork.IsBranch() {
+			base = append(base, tr)
+		}
+		replayed += tr.OwnTurns()
+	}
+	alone, err := learner.Process(base, opts.Gold, opts.Learner)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := r.Branches
+	switch {
+	case replayed == 0 || d.Branches == nil || b == nil:
+		t.Fatalf("the fixture has no branches: %d replayed turns, learner %+v, report %+v", replayed, d.Branches, b)
+	case r.Advantage.N != d.Steps || r.Weights.N != d.Steps || !near(r.Advantage.Std, d.AdvantageStd):
+		t.Errorf("advantages of %d steps (std %g), weights of %d; the learner counts %d (std %g)",
+			r.Advantage.N, r.Advantage.Std, r.Weights.N, d.Steps, d.AdvantageStd)
+	case b.Branches != d.Branches.Branches || b.BaseSteps != alone.Diagnostics.Steps || b.BaseSteps+b.BranchSteps != d.Steps:
+		t.Errorf("report branches %+v; learner %+v, base alone %d steps", b, d.Branches, alone.Diagnostics.Steps)
+	case !near(b.BaseStd, alone.Diagnostics.AdvantageStd) || !near(b.Std, d.AdvantageStd):
+		t.Errorf("advantage std base %g with %g; learner %g and %g", b.BaseStd, b.Std, alone.Diagnostics.AdvantageStd, d.AdvantageStd)
+	}
+	for k := range alone.Diagnostics.Coverage {
+		if !near(b.BaseCoverage[k], alone.Diagnostics.Coverage[k]) || !near(r.Coverage[k], d.Coverage[k]) {
+			t.Errorf("coverage[%d]: base %g with %g; learner %g and %g", k, b.BaseCoverage[k], r.Coverage[k],
+				alone.Diagnostics.Coverage[k], d.Coverage[k])
+		}
+	}
+	steps := 0
+	for _, turn := range r.Turns {
+		steps += turn.Trajectories
+	}
+	if steps != d.Steps {
+		t.Errorf("turn rows cover %d steps, the learner %d", steps, d.Steps)
+	}
+	// The policy is evaluated on its base samples: the same as without
+	// the branches.
+	baseOnly := *src
+	baseOnly.Trajectories = base
+	rb, err := Build([]*Source{&baseOnly}, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(r.Eval, rb.Eval) || len(r.Eval) == 0 {
+		t.Errorf("the evaluation counts branches:\n with %v\n base %v", r.Eval, rb.Eval)
+	}
+	var page bytes.Buffer
+	if err := Render(&page, r, time.Now()); err != nil || !strings.Contains(page.String(), `id="branches"`) {
+		t.Errorf("the page lacks the branches table (%v)", err)
 	}
 }
