@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -267,3 +268,108 @@ func TestWriteShardsRecordsOneManifest(t *testing.T) {
 		}
 	}
 }
+
+// withTurns is a recorded trajectory of sample s playing the given
+// actions, surfacing the gold file at turn 0 and answering it.
+func withTurns(s int64, actions ...string) schema.Trajectory {
+	tr := schema.Trajectory{JobID: schema.JobID("r", 0, "i1", s), RunID: "r", InstanceID: "i1", Sample: s,
+		Status: schema.StatusOK, ToolsJSON: "[]", Predictions: schema.Locations{Files: []string{"a/x.py"}}}
+	for i, a := range actions {
+		turn := schema.Turn{Index: int64(i), ToolName: "search_code_snippets", ToolArgs: `{"q":"` + a + `"}`, ActionKey: a,
+			Observation: "obs " + a}
+		if i == 0 {
+			turn.Surfaced = schema.Locations{Files: []string{"a/x.py"}}
+		}
+		tr.Turns = append(tr.Turns, turn)
+	}
+	return recorded(tr)
+}
+
+// branchOf forks parent at turn fork: the parent's first turns verbatim,
+// then its own actions.
+func branchOf(parent schema.Trajectory, s, fork int64, actions ...string) schema.Trajectory {
+	own := withTurns(s, append(slices.Clone(actionsOf(parent)[:fork]), actions...)...)
+	own.Fork = schema.Fork{ParentJobID: parent.JobID, ParentSample: parent.Sample, Turn: fork}
+	copy(own.Turns, parent.Turns[:fork])
+	return own
+}
+
+func actionsOf(tr schema.Trajectory) []string {
+	var out []string
+	for _, t := range tr.Turns {
+		out = append(out, t.ActionKey)
+	}
+	return out
+}
+
+// TestBranchesJoinTheirSiblingsGroups: sample P and its two branches
+// forked at turn 2 share P's first two actions, so at depths 1 and 2
+// their turn 2 forms one group of exactly three (Q, unrelated, is in
+// none of it); the branches' replayed turns are P's — no group counts
+// them, the rows train them only in P, and the branches show P's returns
+// and advantages there with weight 0.
+func TestBranchesJoinTheirSiblingsGroups(t *testing.T) {
+	p := withTurns(0, "a", "b", "c", "d")
+	q := withTurns(1, "x", "y", "z")
+	b1 := branchOf(p, 2, 2, "e", "f")
+	b2 := branchOf(p, 3, 2, "g")
+	cfg := DefaultConfig()
+	cfg.Advantage.H, cfg.Advantage.NoEpisode = 1, true // depths 1 and 2
+	res, err := Process([]schema.Trajectory{p, q, b1, b2}, gold, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lp, lq, l1, l2 := res.Trajectories[0], res.Trajectories[1], res.Trajectories[2], res.Trajectories[3]
+	d := res.Diagnostics
+	// Steps: P 4, Q 3, B1 2 own, B2 1 own. Depth 1 (key: the last
+	// action): P0+Q0 (empty history), P2+B1_2+B2_2 (after b); depth 2:
+	// P0+Q0, and the same trio (after a, b).
+	if d.Steps != 10 || !near(d.Coverage[1], 5.0/10) || !near(d.Coverage[2], 5.0/10) {
+		t.Errorf("steps %d coverage %v; want 10 steps, 0.5 at depths 1 and 2", d.Steps, d.Coverage)
+	}
+	g := []float64{lp.Labels.Returns[2], l1.Labels.Returns[2], l2.Labels.Returns[2]}
+	mean := (g[0] + g[1] + g[2]) / 3
+	w := 2.0 + 3.0 // depth weights (k+1) at k = 1, 2
+	for i, lt := range []Labeled{lp, l1, l2} {
+		want := w * (g[i] - mean) / (w + cfg.Advantage.DepthEpsilon)
+		if !near(lt.Advantages[2], want) {
+			t.Errorf("%s turn 2: advantage %g, want %g (the trio's)", lt.Trajectory.JobID, lt.Advantages[2], want)
+		}
+	}
+	for _, lt := range []Labeled{l1, l2} {
+		for turn := range 2 {
+			if lt.Weights[turn] != 0 || lt.Advantages[turn] != lp.Advantages[turn] || lt.Labels.Returns[turn] != lp.Labels.Returns[turn] {
+				t.Errorf("%s replayed turn %d: weight %g, advantage %g, return %g; want 0 and P's %g, %g", lt.Trajectory.JobID, turn,
+					lt.Weights[turn], lt.Advantages[turn], lt.Labels.Returns[turn], lp.Advantages[turn], lp.Labels.Returns[turn])
+			}
+		}
+	}
+	if lq.Advantages[2] != 0 {
+		t.Errorf("Q's turn 2 (after x, y) is alone, advantage %g", lq.Advantages[2])
+	}
+	if b := d.Branches; b == nil || b.Branches != 2 || b.BaseSteps != 7 || b.BranchSteps != 3 {
+		t.Errorf("branch diagnostics %+v, want 2 branches, 7 base and 3 branch steps", b)
+	}
+	trained := map[string]int{}
+	for _, lt := range res.Trajectories {
+		td, ok, err := TrainingData(lt, true)
+		if err != nil || !ok {
+			t.Fatalf("%s: %v %v", lt.Trajectory.JobID, ok, err)
+		}
+		for _, row := range td.Rows {
+			for a, turn := range row.Turns {
+				if turn >= row.FirstTurn && turn <= row.LastTurn {
+					trained[fmt.Sprintf("%d#%d", row.Sample, turn)]++
+				} else if row.Weights[a] != 0 {
+					t.Errorf("%s: context turn %d weighs %g", row.JobID, turn, row.Weights[a])
+				}
+			}
+		}
+	}
+	want := map[string]int{"0#0": 1, "0#1": 1, "0#2": 1, "0#3": 1, "1#0": 1, "1#1": 1, "1#2": 1, "2#2": 1, "2#3": 1, "3#2": 1}
+	if !reflect.DeepEqual(trained, want) {
+		t.Errorf("trained turns %v, want %v", trained, want)
+	}
+}
+
+func near(a, b float64) bool { return math.Abs(a-b) < 1e-9 }

@@ -83,7 +83,13 @@ func runCoordinator(ctx context.Context, e *env, o *coordinatorOptions) error {
 		return err
 	}
 	printPublished(e, o.id, o.iteration, pub)
-	if pub.Complete || o.detach {
+	if pub.Complete {
+		return nil
+	}
+	if o.detach {
+		if spec.Branching.On() {
+			e.log.Warn().Msg("--detach: the run's branches are planned by a coordinator that follows it; run this command again without --detach (it resumes the run), or the learner closes each group at its deadline without branches")
+		}
 		return nil
 	}
 	return waitForRun(ctx, e, farm.bus, pub.Manifest, report.Instances, o.timeout)
