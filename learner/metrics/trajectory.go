@@ -13,7 +13,8 @@ import (
 // and the cost of an episode: "turns", "tool_calls.<tool>",
 // "observation_chars", "wall_seconds", "prompt_tokens",
 // "completion_tokens". Trajectories of instances without gold count for
-// cost only.
+// cost only; branches (Fork) not at all: the policy is measured on the
+// samples it played from the start.
 func TrajectoryStats(trs []schema.Trajectory, golds []schema.Gold, l lang.Language) map[string]float64 {
 	gold := map[string]schema.Locations{}
 	for _, g := range golds {
@@ -29,6 +30,9 @@ func TrajectoryStats(trs []schema.Trajectory, golds []schema.Gold, l lang.Langua
 		counts[key]++
 	}
 	for _, tr := range trs {
+		if tr.Fork.IsBranch() {
+			continue // the policy is measured on its base samples
+		}
 		var seen schema.Locations
 		toolCalls := map[string]float64{}
 		obs := 0.0

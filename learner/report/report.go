@@ -509,15 +509,15 @@ func pooledCoverage(ds []learner.Diagnostics, depths int) []float64 {
 	return covered
 }
 
-// cost describes what the episodes cost.
+// cost describes what the episodes of base samples cost.
 func cost(all []*series) Cost {
 	var turns, obs, tokens, wall []float64
 	calls := map[string]float64{}
 	n := 0
 	for _, s := range all {
 		for _, tr := range s.trs {
-			if tr.Status == schema.StatusInfraError {
-				continue // never played: no cost to describe
+			if tr.Status == schema.StatusInfraError || tr.Fork.IsBranch() {
+				continue // never played, or a branch: the Branches summary counts its own turns
 			}
 			n++
 			turns = append(turns, float64(len(tr.Turns)))

@@ -301,8 +301,9 @@ func TestBuildWithBranchesAgreesWithTheLearner(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !reflect.DeepEqual(r.Eval, rb.Eval) || len(r.Eval) == 0 {
-		t.Errorf("the evaluation counts branches:\n with %v\n base %v", r.Eval, rb.Eval)
+	if !reflect.DeepEqual(r.Eval, rb.Eval) || len(r.Eval) == 0 || !reflect.DeepEqual(r.Commit, rb.Commit) || !reflect.DeepEqual(r.Cost, rb.Cost) {
+		t.Errorf("the evaluation, commit gaps or episode costs count branches:\n with %v %v %v\n base %v %v %v",
+			r.Eval, r.Commit, r.Cost, rb.Eval, rb.Commit, rb.Cost)
 	}
 	var page bytes.Buffer
 	if err := Render(&page, r, time.Now()); err != nil || !strings.Contains(page.String(), `id="branches"`) {
