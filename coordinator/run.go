@@ -111,11 +111,7 @@ func Publish(ctx context.Context, cfg RunConfig) (*Published, error) {
 				continue
 			}
 			job.Attempt = m.Attempt
-			publish := cfg.Bus.PublishJob
-			if job.Attempt > 1 {
-				publish = cfg.Bus.PublishJobAttempt
-			}
-			if err := publish(ctx, job); err != nil {
+			if err := publishJob(ctx, cfg.Bus, job); err != nil {
 				return nil, err
 			}
 			out.Queued++

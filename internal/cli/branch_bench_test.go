@@ -116,7 +116,10 @@ func BenchmarkBranches(b *testing.B) {
 	for range b.N {
 		for _, pair := range strings.Split(data, ",") {
 			dataset, gt, _ := strings.Cut(pair, ":")
-			golds := readGoldFile(b, gt)
+			golds, err := (&goldFlags{path: gt}).load(context.Background(), nil) // a file: no env needed
+			if err != nil {
+				b.Fatal(err)
+			}
 			fmt.Printf("\n%s (%s)\n%-34s %6s %6s %7s %7s %7s %8s %11s %11s %6s %11s\n", filepath.Base(filepath.Dir(dataset))+"/"+filepath.Base(dataset),
 				gt, "variant", "trajs", "turns", "x base", "cov k1", "cov k2", "adv std", "prompt tok", "reused tok", "reuse", "fresh tok")
 			baseTurns := 0
@@ -148,23 +151,4 @@ func BenchmarkBranches(b *testing.B) {
 			}
 		}
 	}
-}
-
-func readGoldFile(b *testing.B, path string) map[string]schema.Locations {
-	f, err := os.Open(path)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer f.Close()
-	rows, err := schema.ReadGold(f)
-	if err != nil {
-		b.Fatal(err)
-	}
-	out := map[string]schema.Locations{}
-	for _, g := range rows {
-		if g.FileChanges != nil {
-			out[g.InstanceID] = g.Locations()
-		}
-	}
-	return out
 }
