@@ -122,50 +122,60 @@ func Process(trs []schema.Trajectory, gold map[string]schema.Locations, cfg Conf
 			pools[k] = append(pools[k], i)
 		}
 	}
-	covered := make([]int, cfg.Advantage.H+2)
-	steps := 0
+	covered, steps, err := poolAll(res.Trajectories, pools, order, cfg.Advantage)
+	if err != nil {
+		return nil, err
+	}
+	res.Diagnostics = diagnose(res.Trajectories, covered, steps)
+	if err := compareBranches(res, pools, order, cfg.Advantage); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// poolAll computes the advantages and weights of every pool of labelled
+// trajectories, in place, and the steps covered per depth.
+func poolAll(lts []Labeled, pools map[poolKey][]int, order []poolKey, cfg advantage.Config) (covered []int, steps int, err error) {
+	covered = make([]int, cfg.H+2)
 	for _, k := range order {
 		members := pools[k]
 		in := make([]advantage.Trajectory, len(members))
 		for j, i := range members {
-			lt := &res.Trajectories[i]
+			lt := &lts[i]
 			in[j].Returns = lt.Labels.Returns
 			in[j].Shared = lt.Trajectory.OwnTurns()
 			for _, turn := range lt.Trajectory.Turns {
 				in[j].Actions = append(in[j].Actions, turn.ActionKey)
 			}
 		}
-		out, err := advantage.Pool(in, cfg.Advantage)
+		out, err := advantage.Pool(in, cfg)
 		if err != nil {
-			return nil, fmt.Errorf("pool %s/%d: %w", k.instance, k.iteration, err)
+			return nil, 0, fmt.Errorf("pool %s/%d: %w", k.instance, k.iteration, err)
 		}
 		byJob := map[string]int{}
 		for j, i := range members {
-			res.Trajectories[i].Advantages = out.Advantages[j]
-			res.Trajectories[i].Weights = out.Weights[j]
-			byJob[res.Trajectories[i].Trajectory.JobID] = i
+			lts[i].Advantages = out.Advantages[j]
+			lts[i].Weights = out.Weights[j]
+			byJob[lts[i].Trajectory.JobID] = i
 		}
 		for _, i := range members {
-			keepParents(&res.Trajectories[i], res.Trajectories, byJob)
+			keepParents(&lts[i], lts, byJob)
 		}
 		for d, n := range out.Covered {
 			covered[d] += n
 		}
 		steps += out.Steps
 	}
-	res.Diagnostics = diagnose(res.Trajectories, covered, steps)
-	if err := compareBranches(res, gold, cfg); err != nil {
-		return nil, err
-	}
-	return res, nil
+	return covered, steps, nil
 }
 
-// compareBranches fills Diagnostics.Branches when the batch has branches,
-// labelling its base samples again on their own.
-func compareBranches(res *Result, gold map[string]schema.Locations, cfg Config) error {
-	var base []schema.Trajectory
+// compareBranches fills Diagnostics.Branches when the batch has branches:
+// the base samples' labels, pooled again without the branches.
+func compareBranches(res *Result, pools map[poolKey][]int, order []poolKey, cfg advantage.Config) error {
+	var base []Labeled
+	at := map[int]int{} // index in res.Trajectories → index in base
 	bd := &BranchDiagnostics{}
-	for _, lt := range res.Trajectories {
+	for i, lt := range res.Trajectories {
 		tr := lt.Trajectory
 		steps, tokens := 0, int64(0)
 		if lt.Skipped == "" {
@@ -182,16 +192,29 @@ func compareBranches(res *Result, gold map[string]schema.Locations, cfg Config) 
 		}
 		bd.BaseSteps += steps
 		bd.BaseTokens += tokens
-		base = append(base, tr)
+		at[i] = len(base)
+		base = append(base, lt) // a copy: pooling assigns its own advantages
 	}
 	if bd.Branches == 0 {
 		return nil
 	}
-	alone, err := Process(base, gold, cfg)
+	basePools := map[poolKey][]int{}
+	var baseOrder []poolKey
+	for _, k := range order {
+		for _, i := range pools[k] {
+			if j, ok := at[i]; ok {
+				if _, seen := basePools[k]; !seen {
+					baseOrder = append(baseOrder, k)
+				}
+				basePools[k] = append(basePools[k], j)
+			}
+		}
+	}
+	covered, steps, err := poolAll(base, basePools, baseOrder, cfg)
 	if err != nil {
 		return err
 	}
-	d := alone.Diagnostics
+	d := diagnose(base, covered, steps)
 	bd.BaseCoverage, bd.BaseAdvantageMean, bd.BaseAdvantageStd = d.Coverage, d.AdvantageMean, d.AdvantageStd
 	res.Diagnostics.Branches = bd
 	return nil
