@@ -59,6 +59,9 @@ type groupState struct {
 	failures int
 	retryAt  time.Time
 	lastErr  string
+	// want holds the samples the group closes with, once known: a fork
+	// plan is stored once and never changes, so it is read once.
+	want map[int64]bool
 }
 
 // Serve consumes the trajectory log until ctx ends. Every trajectory is
@@ -320,18 +323,22 @@ func (e *ackError) Unwrap() error { return e.err }
 func (s *service) closeIfComplete(ctx context.Context, k groupKey) error {
 	s.mu.Lock()
 	g := s.groups[k]
-	closed, backingOff := g.closed, time.Now().Before(g.retryAt)
+	closed, backingOff, want := g.closed, time.Now().Before(g.retryAt), g.want
 	s.mu.Unlock()
 	if closed || backingOff { // before any I/O: most groups a restart finds are closed
 		return nil
 	}
-	m, err := s.manifest(ctx, k.run, k.iteration)
-	if err != nil {
-		return nil
-	}
-	want, err := s.expectedSamples(ctx, k, m)
-	if err != nil || want == nil {
-		return nil // a run that branches: its plan is not made yet
+	if want == nil {
+		m, err := s.manifest(ctx, k.run, k.iteration)
+		if err != nil {
+			return nil
+		}
+		if want, err = s.expectedSamples(ctx, k, m); err != nil || want == nil {
+			return nil // a run that branches: its plan is not made yet
+		}
+		s.mu.Lock()
+		g.want = want
+		s.mu.Unlock()
 	}
 	have := s.archived(k)
 	for sample := range want {
