@@ -381,7 +381,7 @@ func (w *farmWorker) runJob(ctx context.Context, job schema.Job, msg jetstream.M
 			err = fmt.Errorf("log message %d holds %s: %w", job.Fork.LogSeq, rec.JobID, bus.ErrRecordGone)
 		}
 		if errors.Is(err, bus.ErrRecordGone) {
-			return w.giveUp(ctx, job, msg, fmt.Sprintf("the record of parent %s is gone: %v", job.Fork.ParentJobID, err))
+			return w.giveUp(ctx, job, delivered(msg, 1), fmt.Sprintf("the record of parent %s is gone: %v", job.Fork.ParentJobID, err))
 		}
 		if err != nil {
 			return RetryAfter(err, 5*time.Second)
@@ -452,17 +452,22 @@ func (w *farmWorker) cannotServe(ctx context.Context, job schema.Job, msg jetstr
 		}
 		return nil
 	}
-	return w.giveUp(ctx, job, msg, fmt.Sprintf("worker %s cannot serve the job's policy: %v", w.cfg.WorkerID, why))
+	return w.giveUp(ctx, job, delivered(msg, 1), fmt.Sprintf("worker %s cannot serve the job's policy: %v", w.cfg.WorkerID, why))
+}
+
+// delivered is how many times the job's message has been delivered, or
+// fallback when the server's metadata is unreadable.
+func delivered(msg jetstream.Msg, fallback int) int {
+	if md, err := msg.Metadata(); err == nil {
+		return int(md.NumDelivered)
+	}
+	return fallback
 }
 
 // giveUp settles a job that no worker can ever play, with the reason: an
 // infra_error trajectory and a dead letter.
-func (w *farmWorker) giveUp(ctx context.Context, job schema.Job, msg jetstream.Msg, reason string) error {
+func (w *farmWorker) giveUp(ctx context.Context, job schema.Job, deliveries int, reason string) error {
 	ctx = context.WithoutCancel(ctx)
-	deliveries := 1
-	if md, err := msg.Metadata(); err == nil {
-		deliveries = int(md.NumDelivered)
-	}
 	if err := w.cfg.Bus.GiveUp(ctx, job, deliveries, reason); err != nil {
 		return RetryAfter(fmt.Errorf("give up %s: %w", job.JobID, err), 5*time.Second)
 	}
@@ -498,19 +503,11 @@ func (w *farmWorker) lacksSnapshot(ctx context.Context, job schema.Job, msg jets
 		}
 		return nil
 	}
-	deliveries := w.cfg.Bus.MaxDeliver()
-	if md, err := msg.Metadata(); err == nil {
-		deliveries = int(md.NumDelivered)
-	}
+	deliveries := delivered(msg, w.cfg.Bus.MaxDeliver())
 	if deliveries < w.cfg.Bus.MaxDeliver() {
 		return RetryAfter(fmt.Errorf("snapshot %s: %w", snapshot, why), w.cfg.Bus.AckWait())
 	}
-	reason := fmt.Sprintf("no live worker has snapshot %s (worker %s: %v)", snapshot, w.cfg.WorkerID, why)
-	if err := w.cfg.Bus.GiveUp(ctx, job, deliveries, reason); err != nil {
-		return RetryAfter(fmt.Errorf("give up %s: %w", job.JobID, err), 5*time.Second)
-	}
-	w.cfg.Log.Error().Str("job", job.JobID).Str("reason", reason).Msg("job given up")
-	return nil
+	return w.giveUp(ctx, job, deliveries, fmt.Sprintf("no live worker has snapshot %s (worker %s: %v)", snapshot, w.cfg.WorkerID, why))
 }
 
 // othersMayHave reports whether another live worker has not reported
