@@ -189,7 +189,9 @@ func tokenRows(lt Labeled) ([]schema.TokenRow, shard.TokenStats, error) {
 			case turn.PromptTokenKeep < 0 || turn.PromptTokenKeep > int64(len(base)):
 				return nil, shard.TokenStats{}, fmt.Errorf("trajectory %s turn %d keeps %d prompt ids of %d", tr.JobID, turn.Index, turn.PromptTokenKeep, len(base))
 			default:
-				base = slices.Concat(base[:turn.PromptTokenKeep], turn.PromptTokenIDs, turn.TokenIDs)
+				// In place: no row exists yet, so base is this loop's own
+				// and the prefix costs linear time, not a copy per turn.
+				base = append(append(base[:turn.PromptTokenKeep], turn.PromptTokenIDs...), turn.TokenIDs...)
 			}
 			continue
 		}
