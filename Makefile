@@ -56,11 +56,11 @@ bench: ## run the benchmarks (see docs/BENCHMARKS.md); set A2FARM_BENCH_PYFILE f
 
 .PHONY: bench-scale
 bench-scale: ## a farm past one machine's worth of workers on loopback: 32 worker processes × 64 episodes against one NATS server and a latency-only policy (docs/SCALING.md)
-	A2FARM_BENCH_SCALE=1 $(GO) test ./internal/cli -run '^$$' -bench Scale -benchtime 1x -timeout 60m -v | tee $(RUN_DIR)/bench-scale.txt
+	A2FARM_BENCH_SCALE=1 $(GO) test ./cmd/a2farm -run '^$$' -bench Scale -benchtime 1x -timeout 60m -v | tee $(RUN_DIR)/bench-scale.txt
 
 .PHONY: bench-branches
 bench-branches: ## independent samples vs branch rollouts on real repositories (heuristic over the OpenAI protocol, prefix-cache token counts; needs the repos in $(REPOS))
-	A2FARM_BENCH_BRANCHES=1 A2FARM_REPOS=$(abspath $(REPOS)) $(GO) test ./internal/cli -run '^$$' -bench Branches -benchtime 1x -timeout 60m | tee $(RUN_DIR)/bench-branches.txt
+	A2FARM_BENCH_BRANCHES=1 A2FARM_REPOS=$(abspath $(REPOS)) $(GO) test ./cmd/a2farm -run '^$$' -bench Branches -benchtime 1x -timeout 60m | tee $(RUN_DIR)/bench-branches.txt
 
 .PHONY: bench-farm-split
 bench-farm-split: ## farm vs localize with the worker on its own core and the NATS server on another (needs taskset)
@@ -74,7 +74,7 @@ bench-reference: ## our learner vs the reference advantage stage on the same 100
 .PHONY: soak
 soak: ## ~10,000 jobs through one farm worker (no growth per job); 2,000 jobs through killed workers and a NATS restart (exactly once, RSS flat)
 	A2FARM_SOAK=1 $(GO) test ./worker -run Soak -v -count 1 -timeout 20m
-	A2FARM_SOAK=1 $(GO) test ./internal/cli -run TestSoakFaults -v -count 1 -timeout 20m
+	A2FARM_SOAK=1 $(GO) test ./cmd/a2farm -run TestSoakFaults -v -count 1 -timeout 20m
 
 .PHONY: check-gold
 check-gold: build ## compare extracted gold with the reference on data/dev-instances.jsonl (needs the repos in $(REPOS))

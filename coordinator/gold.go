@@ -19,7 +19,7 @@ import (
 	"github.com/a2farm/a2farm/internal/atomicfile"
 	"github.com/a2farm/a2farm/internal/gitrepo"
 	"github.com/a2farm/a2farm/internal/gold"
-	"github.com/a2farm/a2farm/internal/lang"
+	"github.com/a2farm/a2farm/lang"
 	"github.com/a2farm/a2farm/schema"
 )
 
@@ -29,8 +29,8 @@ type GoldConfig struct {
 	ReposDir string // one repository per dataset repo, named owner__name
 	Out      string // gt_location.jsonl to write; "" writes nothing
 	Strict   bool   // fail on the first bad dataset row
-	// Language parses the edited files (required).
-	Language lang.Language
+	// Languages read the edited files, each by its own (required).
+	Languages *lang.Set
 	// MaxEditFiles: instances editing more source files get null gold (0: no limit).
 	MaxEditFiles int
 	// Concurrency bounds parallel extraction; 0 means GOMAXPROCS.
@@ -47,7 +47,7 @@ func (c *GoldConfig) validate() error {
 		return errors.New("a dataset is required (--dataset)")
 	case c.ReposDir == "":
 		return errors.New("a repos folder is required (--repos)")
-	case c.Language == nil:
+	case c.Languages.Len() == 0:
 		return errors.New("no language to parse the dataset's files with")
 	case c.MaxEditFiles < 0:
 		return fmt.Errorf("max edit files must be >= 0, got %d", c.MaxEditFiles)
@@ -125,7 +125,7 @@ func RunGold(ctx context.Context, cfg GoldConfig) (*GoldReport, error) {
 	})
 	for range workers {
 		g.Go(func() error {
-			ex, err := gold.NewExtractor(gold.Options{Language: cfg.Language, MaxEditFiles: cfg.MaxEditFiles}, isNotFound)
+			ex, err := gold.NewExtractor(gold.Options{Languages: cfg.Languages, MaxEditFiles: cfg.MaxEditFiles}, isNotFound)
 			if err != nil {
 				return err
 			}

@@ -1,29 +1,19 @@
-// Package deploy holds the deployment files (NATS cluster, compose,
-// Kubernetes, Grafana, Prometheus); its test parses each of them with the
-// tool that will read it and checks them against the code: the streams
-// and consumer they name, the a2farm command lines they run, the metrics
-// their dashboards query.
 package deploy
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"os"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
-	"go.yaml.in/yaml/v3"
 
 	"github.com/a2farm/a2farm/internal/bus"
-	"github.com/a2farm/a2farm/internal/cli"
 	"github.com/a2farm/a2farm/internal/telemetry"
 	"github.com/a2farm/a2farm/schema"
 )
@@ -58,44 +48,11 @@ func yamlDocs(t *testing.T, path string) []map[string]any {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	var docs []map[string]any
-	for {
-		var doc map[string]any
-		err := dec.Decode(&doc)
-		if errors.Is(err, io.EOF) {
-			return docs
-		}
-		if err != nil {
-			t.Fatalf("%s: %v", path, err)
-		}
-		docs = append(docs, doc)
+	docs, err := decodeYAML(data)
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
 	}
-}
-
-// commandLines finds every container command that runs a2farm (a list
-// whose first element is one of its subcommands).
-func commandLines(v any, out *[][]string) {
-	switch v := v.(type) {
-	case map[string]any:
-		for k, x := range v {
-			if l, ok := x.([]any); ok && (k == "command" || k == "args") && len(l) > 0 {
-				var args []string
-				for _, a := range l {
-					args = append(args, a.(string))
-				}
-				if slices.Contains([]string{"worker", "learner", "coordinator", "nats", "status"}, args[0]) {
-					*out = append(*out, args)
-				}
-				continue
-			}
-			commandLines(x, out)
-		}
-	case []any:
-		for _, x := range v {
-			commandLines(x, out)
-		}
-	}
+	return docs
 }
 
 func TestComposeAndKubernetes(t *testing.T) {
@@ -106,12 +63,9 @@ func TestComposeAndKubernetes(t *testing.T) {
 			t.Errorf("compose.yaml has no %s service", s)
 		}
 	}
-	var lines [][]string
-	commandLines(compose, &lines)
 	kinds := map[string]bool{}
-	for _, f := range []string{"k8s/a2farm.yaml", "k8s/keda.yaml", "k8s/nats-values.yaml", "prometheus/prometheus.yml"} {
+	for _, f := range manifests[1:] {
 		for _, doc := range yamlDocs(t, f) {
-			commandLines(doc, &lines)
 			if k, ok := doc["kind"].(string); ok {
 				kinds[k] = true
 			}
@@ -122,13 +76,13 @@ func TestComposeAndKubernetes(t *testing.T) {
 			t.Errorf("no %s among the Kubernetes manifests", k)
 		}
 	}
+	lines, err := CommandLines()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// cmd/a2farm's TestDeploymentCommandLinesParse parses each of them.
 	if len(lines) < 6 {
 		t.Errorf("found %d a2farm command lines, want the worker, learner and coordinator of compose and k8s", len(lines))
-	}
-	for _, args := range lines {
-		if err := cli.CheckArgs(args); err != nil {
-			t.Errorf("a2farm %s: %v", strings.Join(args, " "), err)
-		}
 	}
 }
 

@@ -73,8 +73,8 @@ func (c *Config) validate() error {
 	if c.Bus == nil || c.Repos == nil || c.Policies == nil {
 		return errors.New("worker: a bus, repositories and policies are required")
 	}
-	if c.Index.Language == nil {
-		return errors.New("worker: no language to index repositories with (Index.Language)")
+	if c.Index.Languages.Len() == 0 {
+		return errors.New("worker: no language to index repositories with (Index.Languages)")
 	}
 	if c.Concurrency < 0 || c.Grace < 0 || c.KeepIndexes < -1 {
 		return errors.New("worker: concurrency and grace must not be negative, keep-indexes not below -1")

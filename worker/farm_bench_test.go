@@ -3,8 +3,6 @@ package worker
 import (
 	"context"
 	"fmt"
-	"github.com/a2farm/a2farm/internal/pyparse"
-	"github.com/a2farm/a2farm/worker/repoindex"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -14,6 +12,10 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/a2farm/a2farm/lang"
+	"github.com/a2farm/a2farm/lang/python"
+	"github.com/a2farm/a2farm/worker/repoindex"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -85,7 +87,7 @@ func runFarm(tb testing.TB, l *sample.Layout, runID string, samples, concurrency
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {
-		done <- Run(runCtx, Config{Bus: b, Repos: repos, Index: repoindex.BuildOptions{Language: pyparse.Python{}}, Policies: pol.registry, Concurrency: concurrency, WorkerID: "bench",
+		done <- Run(runCtx, Config{Bus: b, Repos: repos, Index: repoindex.BuildOptions{Languages: lang.NewSet(python.Language{})}, Policies: pol.registry, Concurrency: concurrency, WorkerID: "bench",
 			Log: zerolog.Nop(), OnJobStarted: func(id string) {
 				mu.Lock()
 				started[id] = time.Since(published[id])
@@ -217,7 +219,7 @@ func BenchmarkFarmVsLocalize(b *testing.B) {
 			for i := range b.N {
 				start, cpuStart := time.Now(), processCPU(b)
 				if _, err := Localize(context.Background(), LocalizeConfig{Instances: l.Instances, Repos: repos,
-					Spec: pol.spec, Index: repoindex.BuildOptions{Language: pyparse.Python{}}, Policies: pol.registry, Samples: samples,
+					Spec: pol.spec, Index: repoindex.BuildOptions{Languages: lang.NewSet(python.Language{})}, Policies: pol.registry, Samples: samples,
 					Concurrency: concurrency, Out: filepath.Join(b.TempDir(), fmt.Sprint(i)), Log: zerolog.Nop()}); err != nil {
 					b.Fatal(err)
 				}

@@ -4,15 +4,17 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/a2farm/a2farm/internal/checkfor"
-	"github.com/a2farm/a2farm/internal/pyparse"
-	"github.com/a2farm/a2farm/worker/repoindex"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/a2farm/a2farm/internal/checkfor"
+	"github.com/a2farm/a2farm/lang"
+	"github.com/a2farm/a2farm/lang/python"
+	"github.com/a2farm/a2farm/worker/repoindex"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
@@ -88,7 +90,7 @@ func (f *policyFarm) startWorker(id string, cfg policy.RegistryConfig) (stop fun
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		if err := Run(ctx, Config{Bus: f.b, Repos: f.repos, Index: repoindex.BuildOptions{Language: pyparse.Python{}}, Policies: reg, Concurrency: 4, Grace: time.Second,
+		if err := Run(ctx, Config{Bus: f.b, Repos: f.repos, Index: repoindex.BuildOptions{Languages: lang.NewSet(python.Language{})}, Policies: reg, Concurrency: 4, Grace: time.Second,
 			WorkerID: id, Log: zerolog.Nop()}); err != nil {
 			f.t.Error(err)
 		}
@@ -291,7 +293,7 @@ func TestAWorkerWithoutTheRepositoryPassesTheJobOn(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := Run(ctx, Config{Bus: f.b, Repos: w.repos, Index: repoindex.BuildOptions{Language: pyparse.Python{}}, Policies: reg, Concurrency: 4, Grace: time.Second,
+			if err := Run(ctx, Config{Bus: f.b, Repos: w.repos, Index: repoindex.BuildOptions{Languages: lang.NewSet(python.Language{})}, Policies: reg, Concurrency: 4, Grace: time.Second,
 				WorkerID: w.id, Log: zerolog.Nop()}); err != nil {
 				t.Error(err)
 			}

@@ -3,13 +3,15 @@ package worker
 import (
 	"context"
 	"fmt"
-	"github.com/a2farm/a2farm/internal/pyparse"
-	"github.com/a2farm/a2farm/worker/repoindex"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/a2farm/a2farm/lang"
+	"github.com/a2farm/a2farm/lang/python"
+	"github.com/a2farm/a2farm/worker/repoindex"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
@@ -72,7 +74,7 @@ func TestFarmWorkersRunEveryJobOnce(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			err := Run(runCtx, Config{Bus: b, Repos: repos, Index: repoindex.BuildOptions{Language: pyparse.Python{}}, Policies: builtinPolicies(t), Concurrency: 4,
+			err := Run(runCtx, Config{Bus: b, Repos: repos, Index: repoindex.BuildOptions{Languages: lang.NewSet(python.Language{})}, Policies: builtinPolicies(t), Concurrency: 4,
 				WorkerID: string(rune('a' + i)), Log: zerolog.Nop(),
 				OnJobSettled: func(id, outcome string) { mu.Lock(); outcomes[id] = outcome; mu.Unlock() },
 				OnIndex: func(_ time.Duration, from string, err error) {
@@ -183,7 +185,7 @@ func TestIdleIndexesAreKeptUpToTheLimit(t *testing.T) {
 		{"keep none", -1, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg := Config{Bus: &bus.Bus{}, Repos: repos, Index: repoindex.BuildOptions{Language: pyparse.Python{}}, Policies: builtinPolicies(t), KeepIndexes: tc.keep}
+			cfg := Config{Bus: &bus.Bus{}, Repos: repos, Index: repoindex.BuildOptions{Languages: lang.NewSet(python.Language{})}, Policies: builtinPolicies(t), KeepIndexes: tc.keep}
 			if err := cfg.validate(); err != nil {
 				t.Fatal(err)
 			}

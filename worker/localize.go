@@ -49,8 +49,8 @@ func (c *LocalizeConfig) validate() error {
 	switch {
 	case c.Repos == nil || c.Policies == nil:
 		return errors.New("localize: repositories and policies are required")
-	case c.Index.Language == nil:
-		return errors.New("localize: no language to index repositories with (Index.Language)")
+	case c.Index.Languages.Len() == 0:
+		return errors.New("localize: no language to index repositories with (Index.Languages)")
 	case c.Samples < 1:
 		return fmt.Errorf("samples must be >= 1, got %d", c.Samples)
 	case c.Out == "":

@@ -3,20 +3,22 @@ package worker
 import (
 	"context"
 	"fmt"
-	"github.com/a2farm/a2farm/worker/repoindex"
 	"os"
 	"path/filepath"
 	"runtime"
 	"testing"
 	"time"
 
+	"github.com/a2farm/a2farm/lang"
+	"github.com/a2farm/a2farm/worker/repoindex"
+
 	"github.com/rs/zerolog"
 
 	"github.com/a2farm/a2farm/internal/bus"
 	"github.com/a2farm/a2farm/internal/gitrepo"
 	"github.com/a2farm/a2farm/internal/natstest"
-	"github.com/a2farm/a2farm/internal/pyparse"
 	"github.com/a2farm/a2farm/internal/sample"
+	"github.com/a2farm/a2farm/lang/python"
 	"github.com/a2farm/a2farm/schema"
 )
 
@@ -61,7 +63,7 @@ func TestSoakWorkerMemory(t *testing.T) {
 			acked := make(chan struct{}, perRound)
 			done := make(chan error, 1)
 			go func() {
-				done <- Run(ctx, Config{Bus: b, Repos: repos, Index: repoindex.BuildOptions{Language: pyparse.Python{}}, Policies: builtinPolicies(t), Concurrency: 8,
+				done <- Run(ctx, Config{Bus: b, Repos: repos, Index: repoindex.BuildOptions{Languages: lang.NewSet(python.Language{})}, Policies: builtinPolicies(t), Concurrency: 8,
 					KeepIndexes: tc.keep, WorkerID: "soak", Log: zerolog.Nop(), OnJobSettled: func(_, outcome string) {
 						if outcome == "ack" {
 							acked <- struct{}{}
@@ -130,7 +132,7 @@ func liveMemory() uint64 {
 	runtime.GC()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	return ms.HeapAlloc + pyparse.CHeapInUse()
+	return ms.HeapAlloc + python.CHeapInUse()
 }
 
 // residentBytes is the process's resident set size, for the log (0 where

@@ -1,5 +1,6 @@
 // Command a2farm is the rollout farm for training code-localization agents:
-// coordinator, workers, learner and tools in one binary.
+// coordinator, workers, learner and tools in one binary. Each command lives
+// in a file of its own here: a flag struct and a plain run function.
 package main
 
 import (
@@ -7,13 +8,11 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
-
-	"github.com/a2farm/a2farm/internal/cli"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := cli.Run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	code := Run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
 }

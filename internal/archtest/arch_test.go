@@ -115,27 +115,32 @@ func TestPackagesHaveDocComments(t *testing.T) {
 	}
 }
 
-func TestOnlyPyparseUsesCgo(t *testing.T) {
+// language reports whether path is a language's own package, lang/<x>;
+// the contract, lang itself, is not one.
+func language(path string) bool {
+	rest, ok := strings.CutPrefix(path, module+"/lang/")
+	return ok && rest != "" && !strings.Contains(rest, "/")
+}
+
+func TestOnlyLanguagesUseCgo(t *testing.T) {
 	for _, p := range loadPackages(t) {
-		if p.cgo && p.path != module+"/internal/pyparse" {
-			t.Errorf("%s uses cgo; only internal/pyparse may", p.path)
+		if p.cgo && !language(p.path) {
+			t.Errorf("%s uses cgo; only a language's package, lang/<x>, may (its grammar is C)", p.path)
 		}
 	}
 }
 
-// layer places a package in the house, top-down: the binary (4), the CLI
-// (3), the roles — coordinator, worker, learner — (2), the libraries
-// under internal/ (1) and the contracts in schema (0). docs/ARCHITECTURE.md
-// draws it.
+// layer places a package in the house, top-down: the commands (3), the
+// roles — coordinator, worker, learner — (2), the libraries under
+// internal/ and the languages under lang/ (1) and the contracts in schema
+// (0). docs/ARCHITECTURE.md draws it.
 func layer(path string) int {
 	switch {
 	case under(path, "cmd"):
-		return 4
-	case under(path, "internal/cli"):
 		return 3
 	case under(path, "coordinator"), under(path, "worker"), under(path, "learner"), under(path, "deploy"):
 		return 2
-	case under(path, "internal"):
+	case under(path, "internal"), under(path, "lang"):
 		return 1
 	case under(path, "schema"):
 		return 0
@@ -149,11 +154,12 @@ func layer(path string) int {
 var testOnly = []string{"internal/natstest", "internal/checkfor", "internal/golden", "internal/policytest", "internal/browsertest",
 	"worker/codegraph/graphtest"}
 
-var layerNames = [...]string{"schema", "a library (internal/)", "a role", "the CLI", "the binary"}
+var layerNames = [...]string{"schema", "a library (internal/, lang/)", "a role", "the commands (cmd/)"}
 
 // TestImportRules enforces the layering of docs/ARCHITECTURE.md: nothing
-// imports a package of a higher layer; the roles share code only through
-// internal/ and schema.
+// imports a package of a higher layer, nor cmd/; the roles share code
+// only through internal/, lang and schema; a library under internal/
+// sees languages only through the contract, lang.
 func TestImportRules(t *testing.T) {
 	pkgs := loadPackages(t)
 	for _, p := range pkgs {
@@ -170,29 +176,36 @@ func TestImportRules(t *testing.T) {
 			switch {
 			case slices.ContainsFunc(testOnly, func(dir string) bool { return under(imp, dir) }): // only non-test files are loaded here
 				t.Errorf("%s imports %s: it is for tests only", p.path, imp)
+			case under(imp, "cmd"):
+				t.Errorf("%s imports %s: nothing imports the commands", p.path, imp)
 			case to > from:
 				t.Errorf("%s (%s) imports %s (%s): a lower layer never imports a higher one", p.path, layerNames[from], imp, layerNames[to])
+			case under(p.path, "internal") && language(imp):
+				t.Errorf("%s imports %s: internal/ sees languages only through lang", p.path, imp)
+			case under(p.path, "lang") && !under(imp, "lang"):
+				t.Errorf("%s imports %s: a language needs only the contract, lang", p.path, imp)
+			case language(p.path) && language(imp):
+				t.Errorf("%s imports %s: one language never imports another", p.path, imp)
 			case (under(p.path, "learner") || under(p.path, "coordinator")) && under(imp, "worker"):
 				t.Errorf("%s imports %s: learner and coordinator never import worker", p.path, imp)
 			case under(p.path, "learner") && under(imp, "coordinator"),
 				under(p.path, "worker") && (under(imp, "coordinator") || under(imp, "learner")):
-				t.Errorf("%s imports %s: roles share code only through internal/ and schema", p.path, imp)
+				t.Errorf("%s imports %s: roles share code only through internal/, lang and schema", p.path, imp)
 			}
 		}
 	}
 }
 
-// TestLanguageSeam keeps Python behind package lang: only the parser
-// itself and the CLI, which chooses the language, may reach
-// internal/pyparse, directly or through other packages. Everything else
-// (graph, search, tools, agent, gold, rewards, metrics, roles) sees
-// languages only as lang.Language.
+// TestLanguageSeam keeps each language behind the contract: only the
+// commands, which register the languages, reach a lang/<x> package,
+// directly or through other packages. Everything else (graph, search,
+// tools, agent, gold, rewards, metrics, roles) sees languages only as
+// lang.Language and lang.Set.
 func TestLanguageSeam(t *testing.T) {
 	pkgs := loadPackages(t)
-	python := module + "/internal/pyparse"
 	reaches := map[string]bool{}
-	var visit func(path string) bool
 	visiting := map[string]bool{}
+	var visit func(path string) bool
 	visit = func(path string) bool {
 		if r, ok := reaches[path]; ok {
 			return r
@@ -204,7 +217,7 @@ func TestLanguageSeam(t *testing.T) {
 		r := false
 		if p := pkgs[path]; p != nil {
 			for imp := range p.imports {
-				if imp == python || strings.HasPrefix(imp, module) && visit(imp) {
+				if language(imp) || strings.HasPrefix(imp, module) && visit(imp) {
 					r = true
 				}
 			}
@@ -213,28 +226,67 @@ func TestLanguageSeam(t *testing.T) {
 		return r
 	}
 	for path := range pkgs {
-		if path == python || under(path, "internal/cli") || under(path, "cmd") {
+		if language(path) || under(path, "cmd") {
 			continue
 		}
 		if visit(path) {
-			t.Errorf("%s reaches internal/pyparse; take a lang.Language instead", path)
+			t.Errorf("%s reaches a language's package; take a *lang.Set or lang.Set instead", path)
 		}
 	}
-	if !visit(module + "/internal/cli") {
-		t.Error("internal/cli does not reach internal/pyparse: is the walk broken?")
+	if !visit(module + "/cmd/a2farm") {
+		t.Error("cmd/a2farm reaches no language's package: is the walk broken?")
 	}
 }
 
-// TestLeafPackagesStayLeaves keeps the contracts and the parser free of
-// heavy dependencies.
+// TestGrammarsStayInTheirLanguage: a tree-sitter grammar is imported by
+// its own language's package only, and the tree-sitter binding by
+// language packages only.
+func TestGrammarsStayInTheirLanguage(t *testing.T) {
+	for _, p := range loadPackages(t) {
+		for imp := range p.imports {
+			grammar, isGrammar := strings.CutPrefix(imp, "github.com/tree-sitter/tree-sitter-")
+			switch {
+			case isGrammar && !language(p.path):
+				t.Errorf("%s imports the grammar %s; only its language's package may", p.path, imp)
+			case isGrammar && !grammarOf(p.path, grammar):
+				t.Errorf("%s imports the grammar %s, which is another language's", p.path, imp)
+			case strings.HasPrefix(imp, "github.com/tree-sitter/go-tree-sitter") && !language(p.path):
+				t.Errorf("%s imports tree-sitter; only a language's package may", p.path)
+			}
+		}
+	}
+}
+
+// grammarOf reports whether the grammar module tree-sitter-<grammar>
+// belongs to the language package at path: lang/python reads
+// tree-sitter-python, lang/golang tree-sitter-go, lang/typescript both
+// tree-sitter-typescript and tree-sitter-javascript.
+func grammarOf(path, grammar string) bool {
+	name := strings.TrimPrefix(path, module+"/lang/")
+	grammar, _, _ = strings.Cut(grammar, "/")
+	switch name {
+	case "golang":
+		return grammar == "go"
+	case "typescript":
+		return grammar == "typescript" || grammar == "javascript"
+	}
+	return grammar == name
+}
+
+// TestLeafPackagesStayLeaves keeps the contracts, the language seam and
+// the method free of heavy dependencies.
 func TestLeafPackagesStayLeaves(t *testing.T) {
 	allowed := map[string][]string{
 		module + "/schema":            {"github.com/apache/arrow-go/"},
-		module + "/internal/pyparse":  {"github.com/tree-sitter/", module + "/internal/lang"},
-		module + "/internal/lang":     nil, // the seam: standard library only
+		module + "/lang":              nil, // the seam: standard library only
 		module + "/learner/advantage": nil, // the method itself: standard library only
 	}
 	pkgs := loadPackages(t)
+	for path := range pkgs {
+		if language(path) {
+			allowed[path] = []string{"github.com/tree-sitter/", module + "/lang"}
+		}
+	}
 	for path, prefixes := range allowed {
 		p := pkgs[path]
 		if p == nil {

@@ -1,17 +1,15 @@
 // Package gold extracts gold locations from an instance's gold patch, the
 // way the reference generator (LocAgent's gen_oracle_locations) does:
-// changed lines of each edited source file are mapped to the methods,
-// functions and classes that contain them, before and after the patch.
-// Files are parsed through the lang seam; the rules are the reference's
-// rules for Python.
-//
-// It reproduces the rules behind the published gold files (breadth-first
-// structure; a class-body edit outside every method names the class, as
-// entity and module, and a class the patch creates is added; module-level
-// edits give file-level gold only; nested functions roll up to their
-// outermost function; imports, comments, class docstrings and module-level
-// assignments are skipped) and fixes the generator's one crash: a patch that
-// adds or deletes a source file treats the missing side as an empty file.
+// changed lines of each edited source file are mapped to the entities that
+// contain them, before and after the patch. Each edited file is read by its
+// own language through the lang contract, whose gold rule (lang.GoldRule)
+// says which entity a changed line edits; a patch may touch several
+// languages. Here live the rules every language shares: blank lines never
+// count; a line removed maps through the base file, a line added through
+// the patched file, where an entity the base file lacks is added rather
+// than edited; an entity's module is its first dotted segment. It fixes the
+// generator's one crash: a patch that adds or deletes a source file treats
+// the missing side as an empty file.
 package gold
 
 import (
@@ -21,7 +19,7 @@ import (
 	"strings"
 
 	"github.com/a2farm/a2farm/internal/diff"
-	"github.com/a2farm/a2farm/internal/lang"
+	"github.com/a2farm/a2farm/lang"
 	"github.com/a2farm/a2farm/schema"
 )
 
@@ -31,9 +29,9 @@ const DefaultMaxEditFiles = 10
 
 // Options tune extraction.
 type Options struct {
-	// Language parses the edited files; only files with its extensions
-	// count (.py for Python). Required.
-	Language lang.Language
+	// Languages parse the edited files, each file by the language whose
+	// source extension it has; files of no language do not count. Required.
+	Languages *lang.Set
 	// MaxEditFiles: instances that edit more source files get null gold.
 	// Zero means no limit.
 	MaxEditFiles int
@@ -53,10 +51,10 @@ type Result struct {
 	NullReason string
 }
 
-// Extractor turns gold patches into gold rows. It owns a parser and is not
-// safe for concurrent use.
+// Extractor turns gold patches into gold rows. It owns a parser per
+// language and is not safe for concurrent use.
 type Extractor struct {
-	parser     lang.Parser
+	parsers    map[string]lang.Parser // by language name, made on first use
 	opts       Options
 	isNotFound func(error) bool
 }
@@ -67,18 +65,18 @@ func NewExtractor(opts Options, isNotFound func(error) bool) (*Extractor, error)
 	if opts.MaxEditFiles < 0 {
 		return nil, fmt.Errorf("max edit files must be >= 0, got %d", opts.MaxEditFiles)
 	}
-	if opts.Language == nil {
+	if opts.Languages.Len() == 0 {
 		return nil, errors.New("gold: no language")
 	}
-	p, err := opts.Language.NewParser()
-	if err != nil {
-		return nil, err
-	}
-	return &Extractor{parser: p, opts: opts, isNotFound: isNotFound}, nil
+	return &Extractor{parsers: map[string]lang.Parser{}, opts: opts, isNotFound: isNotFound}, nil
 }
 
-// Close releases the parser.
-func (e *Extractor) Close() { e.parser.Close() }
+// Close releases the parsers.
+func (e *Extractor) Close() {
+	for _, p := range e.parsers {
+		p.Close()
+	}
+}
 
 // ErrBadPatch marks a patch that cannot be parsed: bad input, not an
 // infrastructure failure.
@@ -101,12 +99,12 @@ func (e *Extractor) Extract(inst schema.Instance, src FileReader) (Result, error
 	var sources []diff.FilePatch
 	seen := map[string]bool{}
 	for _, fp := range patches {
-		if p := fp.Path(); lang.HasExtension(e.opts.Language, p) && !seen[p] {
+		if p := fp.Path(); e.opts.Languages.HasExtension(p) && !seen[p] {
 			seen[p] = true
 			sources = append(sources, fp)
 		}
 	}
-	exts := strings.Join(e.opts.Language.Extensions(), "/")
+	exts := strings.Join(e.opts.Languages.Extensions(), "/")
 	switch {
 	case len(sources) == 0:
 		res.NullReason = fmt.Sprintf("the patch edits no %s file", exts)
@@ -152,11 +150,11 @@ func (e *Extractor) fileChange(fp diff.FilePatch, src FileReader) (schema.FileCh
 	if err != nil {
 		return schema.FileChange{}, fmt.Sprintf("%s: %v", path, err), nil
 	}
-	oldStruct, err := e.structure(path, oldText, fp.Added())
+	oldStruct, err := e.goldRule(path, oldText, fp.Added())
 	if err != nil {
 		return schema.FileChange{}, "", err
 	}
-	newStruct, err := e.structure(path, []byte(strings.Join(newLines, "\n")+"\n"), fp.Deleted())
+	newStruct, err := e.goldRule(path, []byte(strings.Join(newLines, "\n")+"\n"), fp.Deleted())
 	if err != nil {
 		return schema.FileChange{}, "", err
 	}
@@ -167,22 +165,22 @@ func (e *Extractor) fileChange(fp diff.FilePatch, src FileReader) (schema.FileCh
 			if l.Kind != diff.Removed || strings.TrimSpace(l.Text) == "" {
 				continue
 			}
-			if e, ok := oldStruct.entityAt(l.OldNo+offsets[i], l.Text); ok && !slices.Contains(edited, e.name) {
-				edited = append(edited, e.name)
+			if e, ok := oldStruct.EntityAt(l.OldNo+offsets[i], l.Text); ok && !slices.Contains(edited, e.Name) {
+				edited = append(edited, e.Name)
 			}
 		}
 		for _, l := range h.Lines {
 			if l.Kind != diff.Added || strings.TrimSpace(l.Text) == "" {
 				continue
 			}
-			e, ok := newStruct.entityAt(l.NewNo+offsets[i], l.Text)
-			if !ok || slices.Contains(edited, e.name) || slices.Contains(added, e.name) {
+			e, ok := newStruct.EntityAt(l.NewNo+offsets[i], l.Text)
+			if !ok || slices.Contains(edited, e.Name) || slices.Contains(added, e.Name) {
 				continue
 			}
-			if oldStruct.has(e) {
-				edited = append(edited, e.name)
+			if oldStruct.Has(e) {
+				edited = append(edited, e.Name)
 			} else {
-				added = append(added, e.name)
+				added = append(added, e.Name)
 			}
 		}
 	}
@@ -204,13 +202,24 @@ func ids(path string, names []string) (entities, modules []string) {
 	return entities, modules
 }
 
-func (e *Extractor) structure(path string, src []byte, missing bool) (*structure, error) {
+// goldRule is the gold rule of one side of a file patch, read by the
+// file's language; a side the patch adds or deletes has no entities.
+func (e *Extractor) goldRule(path string, src []byte, missing bool) (lang.GoldRule, error) {
 	if missing {
-		return &structure{}, nil
+		return lang.NoGold{}, nil
 	}
-	f, err := e.parser.Parse(path, src)
+	l := e.opts.Languages.Source(path)
+	p, ok := e.parsers[l.Name()]
+	if !ok {
+		var err error
+		if p, err = l.NewParser(); err != nil {
+			return nil, err
+		}
+		e.parsers[l.Name()] = p
+	}
+	f, err := p.Parse(path, src)
 	if err != nil {
 		return nil, err
 	}
-	return newStructure(f, e.opts.Language), nil
+	return l.Gold(f), nil
 }

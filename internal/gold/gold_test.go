@@ -11,15 +11,16 @@ import (
 
 	"github.com/a2farm/a2farm/internal/gitrepo"
 	"github.com/a2farm/a2farm/internal/golden"
-	"github.com/a2farm/a2farm/internal/pyparse"
 	"github.com/a2farm/a2farm/internal/repogen"
 	"github.com/a2farm/a2farm/internal/sample"
+	"github.com/a2farm/a2farm/lang"
+	"github.com/a2farm/a2farm/lang/python"
 	"github.com/a2farm/a2farm/schema"
 )
 
 func newExtractor(t *testing.T, opts Options) *Extractor {
 	t.Helper()
-	opts.Language = pyparse.Python{}
+	opts.Languages = lang.NewSet(python.Language{})
 	ex, err := NewExtractor(opts, func(err error) bool { return errors.Is(err, gitrepo.ErrNotFound) })
 	if err != nil {
 		t.Fatal(err)

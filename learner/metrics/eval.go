@@ -3,7 +3,7 @@ package metrics
 import (
 	"errors"
 	"fmt"
-	"github.com/a2farm/a2farm/internal/lang"
+	"github.com/a2farm/a2farm/lang"
 	"slices"
 	"sort"
 
@@ -25,9 +25,9 @@ type Report struct {
 
 // EvalOptions tune Evaluate.
 type EvalOptions struct {
-	// Language names the initializer that function-level predictions
-	// lose (required).
-	Language lang.Language
+	// Languages give function-level predictions their canonical ids
+	// (Python's lose a trailing initializer) (required).
+	Languages *lang.Set
 	// OnlyPredicted skips gold instances that have no prediction at all
 	// (the reference protocol scores them 0).
 	OnlyPredicted bool
@@ -45,7 +45,7 @@ func MetricKeys() []string { return slices.Clone(metricKeys) }
 // several samples, each sample index is scored over all instances and the
 // results are averaged.
 func Evaluate(preds []schema.LocOutput, golds []schema.Gold, opts EvalOptions) (*Report, error) {
-	if opts.Language == nil {
+	if opts.Languages.Len() == 0 {
 		return nil, errors.New("evaluate: no language")
 	}
 	bySample := map[int64]map[string]schema.LocOutput{}
@@ -91,7 +91,7 @@ func Evaluate(preds []schema.LocOutput, golds []schema.Gold, opts EvalOptions) (
 			if !ok {
 				rep.Missing++
 			}
-			predBy := [3][]string{p.Files, p.Modules, NormalizeFunctions(p.Entities, opts.Language)}
+			predBy := [3][]string{p.Files, p.Modules, NormalizeFunctions(p.Entities, opts.Languages)}
 			for _, level := range Levels {
 				gold := goldBy[level]
 				if len(gold) == 0 {

@@ -5,7 +5,7 @@
 package metrics
 
 import (
-	"github.com/a2farm/a2farm/internal/lang"
+	"github.com/a2farm/a2farm/lang"
 	"math"
 	"strings"
 )
@@ -59,14 +59,13 @@ func dedup(ids []string) []string {
 	return out
 }
 
-// NormalizeFunctions strips a trailing initializer (".__init__") from
-// function-level predictions and de-duplicates them, as the reference
-// evaluation does (gold is left alone).
-func NormalizeFunctions(pred []string, l lang.Language) []string {
-	suffix := lang.QualifiedInitializer(l)
+// NormalizeFunctions maps function-level predictions to their canonical
+// ids (Python strips a trailing ".__init__") and de-duplicates them, as the
+// reference evaluation does (gold is left alone).
+func NormalizeFunctions(pred []string, l *lang.Set) []string {
 	out := make([]string, len(pred))
 	for i, p := range pred {
-		out[i] = strings.TrimSuffix(p, suffix)
+		out[i] = l.CanonicalID(p)
 	}
 	return dedup(out)
 }

@@ -1,9 +1,11 @@
 package metrics
 
 import (
-	"github.com/a2farm/a2farm/internal/pyparse"
 	"math"
 	"testing"
+
+	"github.com/a2farm/a2farm/lang"
+	"github.com/a2farm/a2farm/lang/python"
 
 	"github.com/a2farm/a2farm/schema"
 )
@@ -69,7 +71,7 @@ func TestRankingMetrics(t *testing.T) {
 }
 
 func TestNormalizeFunctions(t *testing.T) {
-	got := NormalizeFunctions([]string{"a.py:C.__init__", "a.py:C", "a.py:f", "a.py:f"}, pyparse.Python{})
+	got := NormalizeFunctions([]string{"a.py:C.__init__", "a.py:C", "a.py:f", "a.py:f"}, lang.NewSet(python.Language{}))
 	want := []string{"a.py:C", "a.py:f"}
 	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
 		t.Errorf("NormalizeFunctions = %q, want %q", got, want)
@@ -132,7 +134,7 @@ func TestEvaluateAveragesSamplesAndSkipsEmptyGold(t *testing.T) {
 		{InstanceID: "o__r-2", Sample: 0, Files: []string{"b.py"}},
 		// o__r-2 has no sample 1: it scores 0 there
 	}
-	rep, err := Evaluate(preds, golds, EvalOptions{Language: pyparse.Python{}})
+	rep, err := Evaluate(preds, golds, EvalOptions{Languages: lang.NewSet(python.Language{})})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +155,7 @@ func TestEvaluateAveragesSamplesAndSkipsEmptyGold(t *testing.T) {
 	if _, ok := rep.PerRepo["p/q"]; ok {
 		t.Error("a repo with only null gold got a row")
 	}
-	only, err := Evaluate(preds[:1], golds, EvalOptions{Language: pyparse.Python{}, OnlyPredicted: true})
+	only, err := Evaluate(preds[:1], golds, EvalOptions{Languages: lang.NewSet(python.Language{}), OnlyPredicted: true})
 	if err != nil || only.Instances != 1 || only.Overall["file.recall@k"] != 1 {
 		t.Errorf("only predicted: %+v, %v", only, err)
 	}
@@ -178,7 +180,7 @@ func TestTrajectoryStats(t *testing.T) {
 			PromptTokens: 10,
 		},
 	}
-	st := TrajectoryStats(trs, golds, pyparse.Python{})
+	st := TrajectoryStats(trs, golds, lang.NewSet(python.Language{}))
 	want := map[string]float64{
 		"file.dc_gap":                     (0 + (0 - 1)) / 2.0, // t1: seen 1 committed 1 -> 0; t2: seen 0 committed 1 -> -1
 		"function.dc_gap":                 ((1 - 0) + (0 - 1)) / 2.0,

@@ -1,7 +1,7 @@
 package metrics
 
 import (
-	"github.com/a2farm/a2farm/internal/lang"
+	"github.com/a2farm/a2farm/lang"
 	"github.com/a2farm/a2farm/schema"
 )
 
@@ -15,7 +15,7 @@ import (
 // "completion_tokens". Trajectories of instances without gold count for
 // cost only; branches (Fork) not at all: the policy is measured on the
 // samples it played from the start.
-func TrajectoryStats(trs []schema.Trajectory, golds []schema.Gold, l lang.Language) map[string]float64 {
+func TrajectoryStats(trs []schema.Trajectory, golds []schema.Gold, l *lang.Set) map[string]float64 {
 	gold := map[string]schema.Locations{}
 	for _, g := range golds {
 		if g.FileChanges != nil {

@@ -20,7 +20,7 @@ import (
 	"time"
 
 	"github.com/a2farm/a2farm/internal/chart"
-	"github.com/a2farm/a2farm/internal/lang"
+	"github.com/a2farm/a2farm/lang"
 	"github.com/a2farm/a2farm/learner"
 	"github.com/a2farm/a2farm/learner/metrics"
 	"github.com/a2farm/a2farm/schema"
@@ -31,8 +31,8 @@ type Options struct {
 	Title string
 	// Learner holds the hyperparameters the labels are recomputed with.
 	Learner learner.Config
-	// Language scores function-level predictions (required).
-	Language lang.Language
+	// Languages give function-level predictions their canonical ids (required).
+	Languages *lang.Set
 	// Gold adds to (and overrides) the gold the sources recorded.
 	Gold map[string]schema.Locations
 	// SweepH lists the history lengths of the H sweep (default 0..4).
@@ -195,7 +195,7 @@ type series struct {
 
 // Build computes the report of the sources.
 func Build(sources []*Source, opts Options) (*Report, error) {
-	if opts.Language == nil {
+	if opts.Languages.Len() == 0 {
 		return nil, errors.New("report: no language")
 	}
 	if len(sources) == 0 {
@@ -228,7 +228,7 @@ func Build(sources []*Source, opts Options) (*Report, error) {
 			}
 		}
 		r.Series = append(r.Series, s.summary)
-		if err := r.evaluate(s, opts.Language); err != nil {
+		if err := r.evaluate(s, opts.Languages); err != nil {
 			return nil, err
 		}
 	}
@@ -295,7 +295,7 @@ func splitSeries(sources []*Source, opts Options) ([]*series, error) {
 
 // evaluate scores a series per level, per repository, and its
 // discovery–commit gap.
-func (r *Report) evaluate(s *series, l lang.Language) error {
+func (r *Report) evaluate(s *series, l *lang.Set) error {
 	var preds []schema.LocOutput
 	golds := map[string]schema.Gold{}
 	for _, tr := range s.trs {
@@ -309,7 +309,7 @@ func (r *Report) evaluate(s *series, l lang.Language) error {
 		}
 	}
 	rows := slices.SortedFunc(maps.Values(golds), func(a, b schema.Gold) int { return cmp.Compare(a.InstanceID, b.InstanceID) })
-	rep, err := metrics.Evaluate(preds, rows, metrics.EvalOptions{Language: l, OnlyPredicted: true})
+	rep, err := metrics.Evaluate(preds, rows, metrics.EvalOptions{Languages: l, OnlyPredicted: true})
 	if err != nil {
 		return fmt.Errorf("evaluate %s: %w", s.summary.Label, err)
 	}

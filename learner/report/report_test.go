@@ -13,7 +13,8 @@ import (
 
 	"github.com/a2farm/a2farm/internal/browsertest"
 	"github.com/a2farm/a2farm/internal/golden"
-	"github.com/a2farm/a2farm/internal/pyparse"
+	"github.com/a2farm/a2farm/lang"
+	"github.com/a2farm/a2farm/lang/python"
 	"github.com/a2farm/a2farm/learner"
 	"github.com/a2farm/a2farm/schema"
 )
@@ -49,7 +50,7 @@ func sources(t *testing.T) ([]*Source, Options) {
 		}
 	}
 	return []*Source{farm, local}, Options{Title: "fixture", Learner: learner.DefaultConfig(),
-		Language: pyparse.Python{}, Gold: gold}
+		Languages: lang.NewSet(python.Language{}), Gold: gold}
 }
 
 func TestLoadKinds(t *testing.T) {
@@ -138,7 +139,7 @@ func TestBuildRefusesNothing(t *testing.T) {
 	if _, err := Build(nil, opts); err == nil {
 		t.Error("no sources: want an error")
 	}
-	opts.Language = nil
+	opts.Languages = nil
 	srcs, _ := sources(t)
 	if _, err := Build(srcs, opts); err == nil {
 		t.Error("no language: want an error")

@@ -11,7 +11,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/a2farm/a2farm/internal/lang"
+	"github.com/a2farm/a2farm/lang"
 	"github.com/a2farm/a2farm/learner/advantage"
 	"github.com/a2farm/a2farm/learner/metrics"
 	"github.com/a2farm/a2farm/schema"
@@ -40,9 +40,9 @@ type Config struct {
 	// TerminalOnly drops progress and step cost: only the last step is
 	// rewarded, with the F1 term.
 	TerminalOnly bool
-	// Language says what a source path looks like, for the reference
+	// Languages say what a source path looks like, for the reference
 	// discovery mode's mention rule (required there only).
-	Language lang.Language `json:"-"`
+	Languages *lang.Set `json:"-"`
 }
 
 // DefaultConfig holds the defaults of docs/ARCHITECTURE.md: α = (1, 0.5, 0.5), c = 0.02,
@@ -57,7 +57,7 @@ func (c Config) Validate() error {
 	if c.Discovery != DiscoverySurfaced && c.Discovery != DiscoveryReference {
 		return fmt.Errorf("discovery %q: want %s or %s", c.Discovery, DiscoverySurfaced, DiscoveryReference)
 	}
-	if c.Discovery == DiscoveryReference && c.Language == nil {
+	if c.Discovery == DiscoveryReference && c.Languages.Len() == 0 {
 		return fmt.Errorf("discovery %s needs a language to find mentioned paths", DiscoveryReference)
 	}
 	if c.Gamma < 0 || c.Gamma > 1 {
@@ -111,7 +111,7 @@ func Label(tr schema.Trajectory, gold schema.Locations, cfg Config) (Labels, boo
 	prev := [3]float64{}
 	var mentions *mentionRule
 	if cfg.Discovery == DiscoveryReference {
-		mentions = newMentionRule(cfg.Language)
+		mentions = newMentionRule(cfg.Languages)
 	}
 	for i := range tr.Turns {
 		seen := discoveredAt(&tr.Turns[i], mentions)
@@ -234,8 +234,8 @@ type mentionRule struct {
 	file, entity *regexp.Regexp
 }
 
-func newMentionRule(l lang.Language) *mentionRule {
-	ext := lang.ExtensionPattern(l)
+func newMentionRule(l *lang.Set) *mentionRule {
+	ext := l.ExtensionPattern()
 	return &mentionRule{
 		file:   regexp.MustCompile(`[\w./-]+` + ext),
 		entity: regexp.MustCompile(`([\w./-]+` + ext + `):([\w.]+)`),

@@ -1,9 +1,11 @@
 package rewards
 
 import (
-	"github.com/a2farm/a2farm/internal/pyparse"
 	"math"
 	"testing"
+
+	"github.com/a2farm/a2farm/lang"
+	"github.com/a2farm/a2farm/lang/python"
 
 	"github.com/a2farm/a2farm/schema"
 )
@@ -82,7 +84,7 @@ func TestReferenceDiscovery(t *testing.T) {
 	tr.Turns[0].Surfaced = schema.Locations{}
 	tr.Turns[0].AssistantContent = "I bet it is ./a/x.py:C.m."
 	cfg := DefaultConfig()
-	cfg.Discovery, cfg.Language = DiscoveryReference, pyparse.Python{}
+	cfg.Discovery, cfg.Languages = DiscoveryReference, lang.NewSet(python.Language{})
 	lb, _ := Label(tr, gold, cfg)
 	// The trailing dot stays attached to the mention ("C.m."), so the
 	// entity is not found at turn 0, but file and module are.

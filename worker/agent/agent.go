@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/a2farm/a2farm/internal/lang"
+	"github.com/a2farm/a2farm/lang"
 	"regexp"
 	"slices"
 	"strings"
@@ -37,9 +37,9 @@ type ModelRequest struct {
 	// TextMode says the tools are described in the system message and
 	// calls are expected in the <function=...> syntax.
 	TextMode bool
-	// Language is the repository's language, for built-in policies that
+	// Languages are the repository's languages, for built-in policies that
 	// read paths out of text as a model would.
-	Language lang.Language
+	Languages *lang.Set
 }
 
 // ModelReply is one assistant message, exactly as the policy returned it,
@@ -109,7 +109,7 @@ type Episode struct {
 func Run(ctx context.Context, cfg Config, ep Episode) (schema.Trajectory, error) {
 	cfg = cfg.withDefaults()
 	job := ep.Job
-	syntax := newPathSyntax(ep.Graph.Language())
+	syntax := newPathSyntax(ep.Graph.Languages())
 	tr := job.Trajectory(schema.StatusOK)
 	tr.StartedAt = time.Now().UTC()
 	if served, ok := ep.Model.(interface{ Endpoint() string }); ok {
@@ -164,7 +164,7 @@ func Run(ctx context.Context, cfg Config, ep Episode) (schema.Trajectory, error)
 		}
 		start := time.Now()
 		sent, reply, err := next(ctx, model, cfg, msgs, lastPrompt, ModelRequest{InstanceID: job.InstanceID,
-			Sample: job.Sample, Seed: job.Sampling.Seed, Turn: turn, TextMode: cfg.TextMode, Language: syntax.lang}, specs)
+			Sample: job.Sample, Seed: job.Sampling.Seed, Turn: turn, TextMode: cfg.TextMode, Languages: syntax.lang}, specs)
 		latency := time.Since(start)
 		if err != nil {
 			if ctx.Err() != nil {

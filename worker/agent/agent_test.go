@@ -2,10 +2,12 @@ package agent
 
 import (
 	"fmt"
-	"github.com/a2farm/a2farm/internal/pyparse"
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/a2farm/a2farm/lang"
+	"github.com/a2farm/a2farm/lang/python"
 
 	"github.com/a2farm/a2farm/internal/llm"
 )
@@ -72,7 +74,7 @@ func TestTrimKeepsTaskAndRecentTurns(t *testing.T) {
 }
 
 func TestPlainAnswerAndFallback(t *testing.T) {
-	syntax := newPathSyntax(pyparse.Python{})
+	syntax := newPathSyntax(lang.NewSet(python.Language{}))
 	if a, ok := syntax.plainAnswer("done <finish>x</finish> here"); !ok || a != "done  here" {
 		t.Errorf("finish tag: %q %v", a, ok)
 	}

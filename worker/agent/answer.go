@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/a2farm/a2farm/internal/lang"
+	"github.com/a2farm/a2farm/lang"
 	"github.com/a2farm/a2farm/schema"
 	"github.com/a2farm/a2farm/worker/codegraph"
 )
@@ -20,15 +20,15 @@ var (
 // pathSyntax finds a language's source paths in free text, as the
 // reference's answer parsing and fallbacks do for .py paths.
 type pathSyntax struct {
-	lang lang.Language
+	lang *lang.Set
 	// token is a path word; line a path within an answer line (spaces
 	// allowed); inText a path with a folder; fenced a fenced block that
 	// names one.
 	token, line, inText, fenced *regexp.Regexp
 }
 
-func newPathSyntax(l lang.Language) *pathSyntax {
-	ext := lang.ExtensionPattern(l)
+func newPathSyntax(l *lang.Set) *pathSyntax {
+	ext := l.ExtensionPattern()
 	return &pathSyntax{
 		lang:   l,
 		token:  regexp.MustCompile(`[\w/-]+` + ext),
@@ -43,7 +43,7 @@ func newPathSyntax(l lang.Language) *pathSyntax {
 // functions of the named file, and root-level files (setup.py) can be
 // named.
 func ParseAnswer(raw string, g *codegraph.Graph) schema.Locations {
-	return parseAnswer(raw, g, newPathSyntax(g.Language()))
+	return parseAnswer(raw, g, newPathSyntax(g.Languages()))
 }
 
 func parseAnswer(raw string, g *codegraph.Graph, syntax *pathSyntax) schema.Locations {
@@ -60,7 +60,7 @@ func parseAnswer(raw string, g *codegraph.Graph, syntax *pathSyntax) schema.Loca
 	current := ""
 	for _, l := range strings.Split(text, "\n") {
 		l = strings.Trim(strings.TrimSpace(l), ": \t")
-		if lang.HasExtension(syntax.lang, l) {
+		if syntax.lang.HasExtension(l) {
 			current = p.resolve(syntax.line.FindString(l))
 			if current != "" && !slices.Contains(files, current) {
 				files = append(files, current)

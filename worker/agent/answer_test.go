@@ -7,8 +7,9 @@ import (
 	"testing"
 
 	"github.com/a2farm/a2farm/internal/gitrepo"
-	"github.com/a2farm/a2farm/internal/pyparse"
 	"github.com/a2farm/a2farm/internal/sample"
+	"github.com/a2farm/a2farm/lang"
+	"github.com/a2farm/a2farm/lang/python"
 	"github.com/a2farm/a2farm/schema"
 	"github.com/a2farm/a2farm/worker/codegraph"
 )
@@ -28,15 +29,15 @@ var sampleGraph = sync.OnceValues(func() (*codegraph.Graph, error) {
 	if err != nil {
 		return nil, err
 	}
-	src, err := codegraph.LoadSnapshot(context.Background(), pyparse.Python{}, sample.Repo, snap)
+	src, err := codegraph.LoadSnapshot(context.Background(), lang.NewSet(python.Language{}), sample.Repo, snap)
 	if err != nil {
 		return nil, err
 	}
-	parsed, err := codegraph.ParseAll(context.Background(), pyparse.Python{}, src.Files)
+	parsed, err := codegraph.ParseAll(context.Background(), lang.NewSet(python.Language{}), src.Files)
 	if err != nil {
 		return nil, err
 	}
-	return codegraph.BuildGraph(pyparse.Python{}, src.Files, parsed), nil
+	return codegraph.BuildGraph(lang.NewSet(python.Language{}), src.Files, parsed), nil
 })
 
 func TestParseAnswer(t *testing.T) {

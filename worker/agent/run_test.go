@@ -12,8 +12,9 @@ import (
 
 	"github.com/a2farm/a2farm/internal/gitrepo"
 	"github.com/a2farm/a2farm/internal/llm"
-	"github.com/a2farm/a2farm/internal/pyparse"
 	"github.com/a2farm/a2farm/internal/sample"
+	"github.com/a2farm/a2farm/lang"
+	"github.com/a2farm/a2farm/lang/python"
 	"github.com/a2farm/a2farm/schema"
 	"github.com/a2farm/a2farm/worker/repoindex"
 	"github.com/a2farm/a2farm/worker/tools"
@@ -25,7 +26,7 @@ var sampleIndex = sync.OnceValues(func() (*repoindex.Index, error) {
 		return nil, err
 	}
 	repos := gitrepo.NewSet(l.ReposDir)
-	return repoindex.Build(context.Background(), repos, sample.Repo, "main", repoindex.BuildOptions{Language: pyparse.Python{}})
+	return repoindex.Build(context.Background(), repos, sample.Repo, "main", repoindex.BuildOptions{Languages: lang.NewSet(python.Language{})})
 })
 
 // scriptedModel stands in for the policy server inside one process: it

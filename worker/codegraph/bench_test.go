@@ -6,7 +6,8 @@ import (
 	"testing"
 
 	"github.com/a2farm/a2farm/internal/gitrepo"
-	"github.com/a2farm/a2farm/internal/pyparse"
+	"github.com/a2farm/a2farm/lang"
+	"github.com/a2farm/a2farm/lang/python"
 )
 
 // benchSnapshot loads the snapshot named by A2FARM_BENCH_REPOS (a repos
@@ -30,17 +31,17 @@ func benchSnapshot(b *testing.B) (*gitrepo.Set, *gitrepo.Snapshot, string) {
 // already in memory.
 func BenchmarkGraphBuild(b *testing.B) {
 	_, snap, repo := benchSnapshot(b)
-	src, err := LoadSnapshot(context.Background(), pyparse.Python{}, repo, snap)
+	src, err := LoadSnapshot(context.Background(), lang.NewSet(python.Language{}), repo, snap)
 	if err != nil {
 		b.Fatal(err)
 	}
 	var nodes, edges int
 	for b.Loop() {
-		parsed, err := ParseAll(context.Background(), pyparse.Python{}, src.Files)
+		parsed, err := ParseAll(context.Background(), lang.NewSet(python.Language{}), src.Files)
 		if err != nil {
 			b.Fatal(err)
 		}
-		g := BuildGraph(pyparse.Python{}, src.Files, parsed)
+		g := BuildGraph(lang.NewSet(python.Language{}), src.Files, parsed)
 		nodes, edges = len(g.Nodes), len(g.Edges)
 	}
 	b.ReportMetric(float64(nodes), "nodes")
@@ -51,14 +52,14 @@ func BenchmarkGraphBuild(b *testing.B) {
 func BenchmarkGraphFromGit(b *testing.B) {
 	_, snap, repo := benchSnapshot(b)
 	for b.Loop() {
-		src, err := LoadSnapshot(context.Background(), pyparse.Python{}, repo, snap)
+		src, err := LoadSnapshot(context.Background(), lang.NewSet(python.Language{}), repo, snap)
 		if err != nil {
 			b.Fatal(err)
 		}
-		parsed, err := ParseAll(context.Background(), pyparse.Python{}, src.Files)
+		parsed, err := ParseAll(context.Background(), lang.NewSet(python.Language{}), src.Files)
 		if err != nil {
 			b.Fatal(err)
 		}
-		BuildGraph(pyparse.Python{}, src.Files, parsed)
+		BuildGraph(lang.NewSet(python.Language{}), src.Files, parsed)
 	}
 }

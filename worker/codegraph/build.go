@@ -3,18 +3,18 @@ package codegraph
 import (
 	"context"
 	"path"
-	"regexp"
 	"runtime"
 	"slices"
 	"strings"
 
 	"golang.org/x/sync/errgroup"
 
-	"github.com/a2farm/a2farm/internal/lang"
+	"github.com/a2farm/a2farm/lang"
 )
 
-// ParseAll parses every file of the snapshot with one parser of l per CPU.
-func ParseAll(ctx context.Context, l lang.Language, files []SourceFile) ([]*lang.File, error) {
+// ParseAll parses every file of the snapshot, each with its own
+// language's parser, one parser per language and CPU.
+func ParseAll(ctx context.Context, langs *lang.Set, files []SourceFile) ([]*lang.File, error) {
 	out := make([]*lang.File, len(files))
 	next := make(chan int, len(files))
 	for i := range files {
@@ -22,24 +22,40 @@ func ParseAll(ctx context.Context, l lang.Language, files []SourceFile) ([]*lang
 	}
 	close(next)
 	g, ctx := errgroup.WithContext(ctx)
-	parseArriving(ctx, g, l, files, out, next, min(runtime.GOMAXPROCS(0), max(1, len(files))))
+	parseArriving(ctx, g, langs, files, out, next, min(runtime.GOMAXPROCS(0), max(1, len(files))))
 	return out, g.Wait()
 }
 
-// parseArriving starts parsers of l in g, each parsing files[i] into
-// parsed[i] for every index i that arrives on next, until next closes.
-func parseArriving(ctx context.Context, g *errgroup.Group, l lang.Language, files []SourceFile, parsed []*lang.File, next <-chan int, parsers int) {
+// parseArriving starts parsers in g, each parsing files[i] into parsed[i]
+// with the language that reads it, for every index i that arrives on next,
+// until next closes. A parser keeps one parser per language, made on first
+// use.
+func parseArriving(ctx context.Context, g *errgroup.Group, langs *lang.Set, files []SourceFile, parsed []*lang.File, next <-chan int, parsers int) {
 	for range parsers {
 		g.Go(func() error {
-			p, err := l.NewParser()
-			if err != nil {
-				return err
-			}
-			defer p.Close()
+			own := map[lang.Language]lang.Parser{}
+			defer func() {
+				for _, p := range own {
+					p.Close()
+				}
+			}()
 			for i := range next {
 				if err := ctx.Err(); err != nil {
 					return err
 				}
+				l := langs.Reader(files[i].Path)
+				if l == nil {
+					continue // read by no language: a file node only
+				}
+				p, ok := own[l]
+				if !ok {
+					var err error
+					if p, err = l.NewParser(); err != nil {
+						return err
+					}
+					own[l] = p
+				}
+				var err error
 				if parsed[i], err = p.Parse(files[i].Path, files[i].Content); err != nil {
 					return err
 				}
@@ -50,52 +66,38 @@ func parseArriving(ctx context.Context, g *errgroup.Group, l lang.Language, file
 }
 
 // BuildGraph builds the code graph of reference §B.1 from parsed files
-// (parsed[i] belongs to files[i]; files sorted by path).
+// (parsed[i] belongs to files[i]; files sorted by path), each file by the
+// language that reads it.
 //
-// Nodes: "/" and every directory holding Python files (recursively), every
-// source file, and every class and function (ids "path:Qual.Name"), except a
-// synchronous __init__ directly inside a class, whose lines belong to the
-// class. A file Python cannot parse keeps its node but gets no children and
-// no contains edge.
-//
-// Edges: contains (dir -> dir/file, file -> top-level defs, def -> nested
-// defs), imports (file -> file/def for every import anywhere in the file;
-// class/function -> file/def for imports directly in their body, a class
-// also for those directly in __init__), invokes (calls in a function's own
-// body; calls anywhere in a class's __init__) and inherits (base classes).
-// Callee names resolve against the enclosing scopes, the file's imports
-// (including names re-exported by imported __init__.py files) and import
-// aliases; failing that, against every node with that last name segment.
-func BuildGraph(l lang.Language, files []SourceFile, parsedFiles []*lang.File) *Graph {
+// Nodes: "/" and every directory holding source files (recursively), every
+// source file, and the definitions each file's language lists (ids
+// "path:Qual.Name"). A file whose parse its language does not trust keeps
+// its node but gets no children and no contains edge. Contains edges link
+// directory -> directory and file, file -> top-level definitions,
+// definition -> nested ones. Then each language, in the set's order,
+// links its own files: imports, invokes and inherits edges (lang.Language
+// Link).
+func BuildGraph(langs *lang.Set, files []SourceFile, parsedFiles []*lang.File) *Graph {
 	b := &builder{
-		g:        newGraph(l, files),
-		fileNode: make([]NodeID, len(files)),
-		fileOK:   make([]bool, len(files)),
-		parsed:   parsedFiles,
-		paths:    map[string]int{},
-		defs:     map[NodeID]*lang.Def{},
-	}
-	for i, f := range files {
-		b.paths[f.Path] = i
+		g:      newGraph(langs, files),
+		parsed: parsedFiles,
+		units:  map[lang.Language][]lang.Unit{},
 	}
 	b.g.parsed = parsedFiles
 	b.addStructure()
-	b.addFileImports()
-	b.addCalls()
+	for _, l := range langs.Languages() {
+		if units := b.units[l]; len(units) > 0 {
+			l.Link(&b.g.Graph, units)
+		}
+	}
 	return b.g
 }
 
 type builder struct {
-	g        *Graph
-	fileNode []NodeID // file index -> node
-	fileOK   []bool   // parsed like Python would
-	parsed   []*lang.File
-	paths    map[string]int // path -> file index
-	defs     map[NodeID]*lang.Def
-	defFile  map[NodeID]int
-	// fileScope caches the file-level callee candidates of each file.
-	fileScope  map[int]*scope
-	innerCache innerIndex
+	g      *Graph
+	parsed []*lang.File
+	// units are each language's files, in file (path) order.
+	units map[lang.Language][]lang.Unit
 }
 
 // dirTree is one directory of the snapshot in walk order.
@@ -142,15 +144,14 @@ func (b *builder) tree() *dirTree {
 // contains edges, in the order of a top-down directory walk.
 func (b *builder) addStructure() {
 	g := b.g
-	b.defFile = map[NodeID]int{}
 	var walk func(d *dirTree, parent NodeID)
 	walk = func(d *dirTree, parent NodeID) {
 		dirNode := parent
 		if d.name == "/" {
-			dirNode = g.addNode(Node{ID: "/", Type: Directory, file: -1})
+			dirNode = g.AddNode(Node{ID: "/", Type: Directory, FileIndex: -1})
 		} else {
-			dirNode = g.addNode(Node{ID: d.name, Type: Directory, file: -1})
-			g.addEdge(parent, dirNode, Contains, "")
+			dirNode = g.AddNode(Node{ID: d.name, Type: Directory, FileIndex: -1})
+			g.AddEdge(parent, dirNode, Contains, "")
 		}
 		for _, fi := range d.files {
 			b.addFile(fi, dirNode)
@@ -160,6 +161,9 @@ func (b *builder) addStructure() {
 		}
 	}
 	walk(b.tree(), 0)
+	for _, units := range b.units {
+		slices.SortFunc(units, func(x, y lang.Unit) int { return x.FileIndex - y.FileIndex })
+	}
 }
 
 func (b *builder) addFile(fi int, dirNode NodeID) {
@@ -170,223 +174,36 @@ func (b *builder) addFile(fi int, dirNode NodeID) {
 	if pf != nil {
 		lines = pf.Lines
 	}
-	fileNode := g.addNode(Node{ID: f.Path, Type: File, StartLine: 1, EndLine: lines,
-		file: int32(fi), start: 0, end: uint32(len(f.Content))})
-	b.fileNode[fi] = fileNode
-	if pf == nil || pf.HasErrors || pf.LegacySyntax {
+	fileNode := g.AddNode(Node{ID: f.Path, Type: File, StartLine: 1, EndLine: lines,
+		FileIndex: int32(fi), StartByte: 0, EndByte: uint32(len(f.Content))})
+	l := g.langs.Reader(f.Path)
+	if l == nil {
 		return
 	}
-	b.fileOK[fi] = true
-	type item struct {
-		def    *lang.Def
-		parent string // qualified name of the parent node, "" for the file
+	u := lang.Unit{Path: f.Path, FileIndex: fi, Node: fileNode, Parsed: pf}
+	if pf != nil {
+		u.Definitions, u.OK = l.Definitions(pf)
 	}
-	var items []item
-	var visit func(defs []*lang.Def, parent *lang.Def)
-	visit = func(defs []*lang.Def, parent *lang.Def) {
-		for _, d := range defs {
-			if b.isHiddenInit(d, parent) {
-				continue // not a node, and nothing inside it is one
-			}
-			p := ""
-			if parent != nil {
-				p = parent.QualName
-			}
-			items = append(items, item{d, p})
-			visit(d.Children, d)
-		}
+	defer func() { b.units[l] = append(b.units[l], u) }()
+	if !u.OK {
+		return
 	}
-	visit(pf.Defs, nil)
-	nodes := make([]NodeID, len(items))
-	for i, it := range items {
+	u.DefNodes = make([]NodeID, len(u.Definitions))
+	for i, d := range u.Definitions {
 		t := Function
-		if it.def.Kind == lang.KindClass {
+		if d.Def.Kind == lang.KindClass {
 			t = Class
 		}
-		nodes[i] = g.addNode(Node{ID: f.Path + ":" + it.def.QualName, Type: t,
-			StartLine: it.def.Span.Start, EndLine: it.def.Span.End,
-			file: int32(fi), start: it.def.StartByte, end: it.def.EndByte})
-		b.defs[nodes[i]] = it.def
-		b.defFile[nodes[i]] = fi
+		u.DefNodes[i] = g.AddNode(Node{ID: f.Path + ":" + d.Def.QualName, Type: t,
+			StartLine: d.Def.Span.Start, EndLine: d.Def.Span.End,
+			FileIndex: int32(fi), StartByte: d.Def.StartByte, EndByte: d.Def.EndByte})
 	}
-	g.addEdge(dirNode, fileNode, Contains, "")
-	for i, it := range items {
+	g.AddEdge(dirNode, fileNode, Contains, "")
+	for i, d := range u.Definitions {
 		parent := fileNode
-		if it.parent != "" {
-			parent = g.index[f.Path+":"+it.parent]
+		if d.Parent != "" {
+			parent, _ = g.Lookup(f.Path + ":" + d.Parent)
 		}
-		g.addEdge(parent, nodes[i], Contains, "")
+		g.AddEdge(parent, u.DefNodes[i], Contains, "")
 	}
-}
-
-// isHiddenInit: a synchronous initializer (__init__) whose enclosing
-// definition is a class is not a graph node.
-func (b *builder) isHiddenInit(d, parent *lang.Def) bool {
-	return parent != nil && parent.Kind == lang.KindClass && d.Kind == lang.KindFunction &&
-		d.Name == b.g.lang.Initializer() && !d.Async
-}
-
-// resolve maps a dotted module name to a file of the snapshot, trying the
-// language's candidates in order (a/b.py, else a/b/__init__.py).
-func (b *builder) resolve(module string) (NodeID, bool) {
-	if strings.HasPrefix(module, ".") {
-		return 0, false
-	}
-	for _, p := range b.g.lang.ModuleFiles(module) {
-		if fi, ok := b.paths[p]; ok {
-			return b.fileNode[fi], true
-		}
-	}
-	return 0, false
-}
-
-// addImport adds the imports edges of one statement from src.
-func (b *builder) addImport(src NodeID, file string, imp lang.Import) {
-	g := b.g
-	if !imp.From {
-		for _, n := range imp.Names {
-			if dst, ok := b.resolve(n.Name); ok {
-				g.addEdge(src, dst, Imports, n.Alias)
-			}
-		}
-		return
-	}
-	module := imp.Module
-	if imp.Level > 0 {
-		module = imp.Resolved
-	}
-	if imp.Star {
-		if dst, ok := b.resolve(module); ok {
-			g.addEdge(src, dst, Imports, "")
-		}
-		return
-	}
-	for _, n := range imp.Names {
-		if dst, ok := b.resolve(module + "." + n.Name); ok { // a submodule
-			g.addEdge(src, dst, Imports, n.Alias)
-			continue
-		}
-		modFile, ok := b.resolve(module)
-		if !ok {
-			continue
-		}
-		if dst, ok := g.index[g.Nodes[modFile].ID+":"+n.Name]; ok {
-			g.addEdge(src, dst, Imports, n.Alias)
-		} else {
-			g.addEdge(src, modFile, Imports, n.Alias)
-		}
-	}
-}
-
-// addFileImports adds file -> x imports edges for every import statement
-// anywhere in each file, in ast.walk order.
-func (b *builder) addFileImports() {
-	for fi, f := range b.g.files {
-		if !b.fileOK[fi] {
-			continue
-		}
-		for _, imp := range b.parsed[fi].ImportsBreadthFirst() {
-			b.addImport(b.fileNode[fi], f.Path, imp)
-		}
-	}
-}
-
-var dottedName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\s*\.\s*[A-Za-z_][A-Za-z0-9_]*)*$`)
-
-// addCalls adds, per class and function node in node order, its own
-// imports edges and its invokes and inherits edges.
-func (b *builder) addCalls() {
-	g := b.g
-	global := map[string][]NodeID{}
-	for i, n := range g.Nodes {
-		global[ShortName(n.ID)] = append(global[ShortName(n.ID)], NodeID(i))
-	}
-	b.fileScope = map[int]*scope{}
-	nodeCount := len(g.Nodes)
-	for i := 0; i < nodeCount; i++ {
-		n := NodeID(i)
-		def, ok := b.defs[n]
-		if !ok {
-			continue
-		}
-		fi := b.defFile[n]
-		file := g.files[fi].Path
-		sc := b.scopeOf(fi)
-		var invocations, inheritances []string
-		if def.Kind == lang.KindClass {
-			for _, imp := range b.parsed[fi].Imports {
-				if imp.Direct && imp.Scope == def.QualName {
-					b.addImport(n, file, imp)
-				}
-			}
-			if init := b.firstInit(def); init != nil {
-				for _, imp := range b.parsed[fi].Imports {
-					if imp.Direct && imp.Scope == init.QualName {
-						b.addImport(n, file, imp)
-					}
-				}
-				for _, dec := range init.Decorators {
-					invocations = append(invocations, ShortName(dec.Name))
-				}
-				// ast.walk over __init__ sees every call, its decorators' too.
-				var collect func(d *lang.Def)
-				collect = func(d *lang.Def) {
-					for _, c := range d.Calls {
-						invocations = append(invocations, c.Name)
-					}
-					for _, child := range d.Children {
-						collect(child)
-					}
-				}
-				collect(init)
-			}
-			for _, base := range def.Bases {
-				if dottedName.MatchString(base) {
-					inheritances = append(inheritances, ShortName(strings.Join(strings.Fields(base), "")))
-				}
-			}
-		} else {
-			for _, imp := range b.parsed[fi].Imports {
-				if imp.Direct && imp.Scope == def.QualName {
-					b.addImport(n, file, imp)
-				}
-			}
-			for _, c := range def.Calls {
-				if !c.InDecorator {
-					invocations = append(invocations, c.Name)
-				}
-			}
-		}
-		link := func(names []string, t EdgeType) {
-			seen := map[string]bool{}
-			for _, name := range names {
-				if seen[name] {
-					continue
-				}
-				seen[name] = true
-				if targets := b.callees(n, b.fileNode[fi], sc, name); len(targets) > 0 {
-					for _, dst := range targets {
-						g.addEdge(n, dst, t, "")
-					}
-				} else {
-					for _, dst := range global[name] {
-						g.addEdge(n, dst, t, "")
-					}
-				}
-			}
-		}
-		link(invocations, Invokes)
-		link(inheritances, Inherits)
-	}
-}
-
-// firstInit returns the first synchronous initializer (__init__) directly
-// in a class body.
-func (b *builder) firstInit(class *lang.Def) *lang.Def {
-	for _, c := range class.Children {
-		if c.Kind == lang.KindFunction && c.Method && c.Name == b.g.lang.Initializer() && !c.Async {
-			return c
-		}
-	}
-	return nil
 }

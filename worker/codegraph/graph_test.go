@@ -11,8 +11,9 @@ import (
 	"testing"
 
 	"github.com/a2farm/a2farm/internal/golden"
-	"github.com/a2farm/a2farm/internal/pyparse"
 	"github.com/a2farm/a2farm/internal/repogen"
+	"github.com/a2farm/a2farm/lang"
+	"github.com/a2farm/a2farm/lang/python"
 	"github.com/a2farm/a2farm/worker/codegraph"
 	"github.com/a2farm/a2farm/worker/codegraph/graphtest"
 )
@@ -43,7 +44,7 @@ func same(t *testing.T, what string, got []string, want ...string) {
 }
 
 func TestGraphGolden(t *testing.T) {
-	g := graphtest.Build(t, pyparse.Python{}, graphtest.Files)
+	g := graphtest.Build(t, lang.NewSet(python.Language{}), graphtest.Files)
 	var buf bytes.Buffer
 	if err := g.WriteJSONLines(&buf); err != nil {
 		t.Fatal(err)
@@ -52,7 +53,7 @@ func TestGraphGolden(t *testing.T) {
 }
 
 func TestGraphNodes(t *testing.T) {
-	g := graphtest.Build(t, pyparse.Python{}, graphtest.Files)
+	g := graphtest.Build(t, lang.NewSet(python.Language{}), graphtest.Files)
 	for _, id := range []string{"/", "pkg", "pkg/util", "tests", "setup.py", "pkg/core.py:Engine", "pkg/core.py:Engine.run",
 		"pkg/core.py:Engine.stop.inner", "pkg/broken.py", "pkg/py2.py"} {
 		if _, ok := g.Lookup(id); !ok {
@@ -74,7 +75,7 @@ func TestGraphNodes(t *testing.T) {
 }
 
 func TestGraphContains(t *testing.T) {
-	g := graphtest.Build(t, pyparse.Python{}, graphtest.Files)
+	g := graphtest.Build(t, lang.NewSet(python.Language{}), graphtest.Files)
 	same(t, "/ contains", edges(g, "/", codegraph.Contains), "app.py", "setup.py", "pkg", "tests")
 	same(t, "pkg contains", edges(g, "pkg", codegraph.Contains), "pkg/__init__.py", "pkg/base.py", "pkg/core.py", "pkg/util")
 	same(t, "core.py contains", edges(g, "pkg/core.py", codegraph.Contains), "pkg/core.py:Engine", "pkg/core.py:build", "pkg/core.py:orphan")
@@ -90,7 +91,7 @@ func TestGraphContains(t *testing.T) {
 }
 
 func TestGraphImports(t *testing.T) {
-	g := graphtest.Build(t, pyparse.Python{}, graphtest.Files)
+	g := graphtest.Build(t, lang.NewSet(python.Language{}), graphtest.Files)
 	// Every import statement anywhere in the file, once per resolved name.
 	same(t, "core.py imports", edges(g, "pkg/core.py", codegraph.Imports),
 		"pkg/util/helpers.py",      // import pkg.util.helpers
@@ -108,7 +109,7 @@ func TestGraphImports(t *testing.T) {
 }
 
 func TestGraphInvokesAndInherits(t *testing.T) {
-	g := graphtest.Build(t, pyparse.Python{}, graphtest.Files)
+	g := graphtest.Build(t, lang.NewSet(python.Language{}), graphtest.Files)
 	tests := []struct {
 		src  string
 		t    codegraph.EdgeType
@@ -189,7 +190,7 @@ func TestSnapshotSkipsLinksAndUndecodableFiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	src := graphtest.Snapshot(t, pyparse.Python{}, dir, commit)
+	src := graphtest.Snapshot(t, lang.NewSet(python.Language{}), dir, commit)
 	var paths []string
 	for _, f := range src.Files {
 		paths = append(paths, f.Path)
@@ -216,7 +217,7 @@ func TestParseSnapshotMatchesLoadThenParse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := pyparse.Python{}
+	l := lang.NewSet(python.Language{})
 	want := graphtest.Snapshot(t, l, dir, commit)
 	wantParsed, err := codegraph.ParseAll(context.Background(), l, want.Files)
 	if err != nil {

@@ -2,8 +2,6 @@ package codegraph
 
 import (
 	"strings"
-
-	"github.com/a2farm/a2farm/internal/lang"
 )
 
 // NameTable maps short names to non-test nodes: source files under their
@@ -27,7 +25,7 @@ func (g *Graph) Names() *NameTable {
 				continue
 			}
 			base := n.ID[strings.LastIndexByte(n.ID, '/')+1:]
-			stem, source := lang.TrimExtension(g.lang, base)
+			stem, source := g.langs.TrimExtension(base)
 			switch {
 			case source && !strings.Contains(n.ID, ":"):
 				add(base, NodeID(i))

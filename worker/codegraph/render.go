@@ -58,9 +58,9 @@ func NumberLines(lines []string, start int) string {
 // order the reference's networkx graph yields them (by first connection),
 // each with the types of all its parallel edges in insertion order.
 func (g *Graph) Neighbours(n NodeID, upstream bool) []Neighbour {
-	idx := g.out[n]
+	idx := g.OutEdges(n)
 	if upstream {
-		idx = g.in[n]
+		idx = g.InEdges(n)
 	}
 	var out []Neighbour
 	pos := map[NodeID]int{}

@@ -3,25 +3,28 @@ package codegraph
 import (
 	"strings"
 
-	"github.com/a2farm/a2farm/internal/lang"
+	"github.com/a2farm/a2farm/lang"
 )
 
 // Skeleton returns the outline the reference shows for a class or file too
 // long to print: for a file, its module-level classes, functions and
 // simple assignments; for a class, its body without the docstring; every
-// function body replaced by "...".
+// function body replaced by its language's elision ("..." in Python).
 func (g *Graph) Skeleton(n NodeID) string {
 	node := &g.Nodes[n]
-	if node.file < 0 {
+	if node.FileIndex < 0 {
 		return ""
 	}
-	pf := g.parsed[node.file]
+	pf := g.parsed[node.FileIndex]
 	code := g.Code(n)
 	if pf == nil || pf.HasErrors || pf.LegacySyntax {
 		return code
 	}
-	lines := strings.Split(string(g.files[node.file].Content), "\n")
-	var b strings.Builder
+	o := &outline{lines: strings.Split(string(g.files[node.FileIndex].Content), "\n")}
+	if l := g.langs.Reader(g.files[node.FileIndex].Path); l != nil {
+		o.elision = l.BodyElision()
+	}
+	lines := o.lines
 	switch node.Type {
 	case File:
 		type item struct {
@@ -33,13 +36,13 @@ func (g *Graph) Skeleton(n NodeID) string {
 			if indentOf(lines[d.Span.Start-1]) != "" {
 				continue // nested in a module-level if/try: not a module statement
 			}
-			items = append(items, item{d.FirstLine(), func() { skeletonDef(&b, lines, d) }})
+			items = append(items, item{d.FirstLine(), func() { o.def(d) }})
 		}
 		for _, a := range pf.Assignments {
 			if a.Annotated {
 				continue
 			}
-			items = append(items, item{a.Span.Start, func() { writeLines(&b, lines, a.Span.Start, a.Span.End) }})
+			items = append(items, item{a.Span.Start, func() { o.write(a.Span.Start, a.Span.End) }})
 		}
 		// Emit in source order.
 		for len(items) > 0 {
@@ -57,11 +60,11 @@ func (g *Graph) Skeleton(n NodeID) string {
 		if d == nil {
 			return code
 		}
-		skeletonClass(&b, lines, d, node.StartLine)
+		o.class(d, node.StartLine)
 	default:
 		return code
 	}
-	return strings.TrimRight(b.String(), "\n")
+	return strings.TrimRight(o.b.String(), "\n")
 }
 
 // defAt finds the parsed definition of a class or function node.
@@ -77,38 +80,45 @@ func (g *Graph) defAt(pf *lang.File, node *Node) *lang.Def {
 	return found
 }
 
-func skeletonDef(b *strings.Builder, lines []string, d *lang.Def) {
+// outline writes a skeleton from a file's lines.
+type outline struct {
+	b       strings.Builder
+	lines   []string
+	elision string // what stands for a function body
+}
+
+func (o *outline) def(d *lang.Def) {
 	if d.Kind == lang.KindClass {
-		skeletonClass(b, lines, d, d.FirstLine())
+		o.class(d, d.FirstLine())
 		return
 	}
-	skeletonFunction(b, lines, d)
+	o.function(d)
 }
 
-// skeletonFunction writes decorators and signature, then "...".
-func skeletonFunction(b *strings.Builder, lines []string, d *lang.Def) {
+// function writes decorators and signature, then the elision.
+func (o *outline) function(d *lang.Def) {
 	headerEnd := d.BodyStart - 1
 	if headerEnd < d.Span.Start {
-		writeLines(b, lines, d.FirstLine(), d.Span.End) // one-line def: keep as is
+		o.write(d.FirstLine(), d.Span.End) // one-line def: keep as is
 		return
 	}
-	writeLines(b, lines, d.FirstLine(), headerEnd)
-	b.WriteString(indentOf(lines[d.Span.Start-1]) + "    ...\n")
+	o.write(d.FirstLine(), headerEnd)
+	o.b.WriteString(indentOf(o.lines[d.Span.Start-1]) + "    " + o.elision + "\n")
 }
 
-// skeletonClass writes the class header and its body with the docstring
-// dropped and member functions reduced to signatures.
-func skeletonClass(b *strings.Builder, lines []string, d *lang.Def, from int) {
+// class writes the class header and its body with the docstring dropped
+// and member functions reduced to signatures.
+func (o *outline) class(d *lang.Def, from int) {
 	headerEnd := d.BodyStart - 1
 	if headerEnd < d.Span.Start {
-		writeLines(b, lines, from, d.Span.End)
+		o.write(from, d.Span.End)
 		return
 	}
-	writeLines(b, lines, from, headerEnd)
+	o.write(from, headerEnd)
 	next := d.BodyStart
 	skipTo := func(line int) { next = max(next, line+1) }
 	if doc := d.Docstring; doc != nil {
-		writeLines(b, lines, next, doc.Span.Start-1)
+		o.write(next, doc.Span.Start-1)
 		skipTo(doc.Span.End)
 	}
 	for _, c := range d.Children {
@@ -116,17 +126,18 @@ func skeletonClass(b *strings.Builder, lines []string, d *lang.Def, from int) {
 		if start < next {
 			continue
 		}
-		writeLines(b, lines, next, start-1)
-		skeletonDef(b, lines, c)
+		o.write(next, start-1)
+		o.def(c)
 		skipTo(c.Span.End)
 	}
-	writeLines(b, lines, next, d.Span.End)
+	o.write(next, d.Span.End)
 }
 
-func writeLines(b *strings.Builder, lines []string, from, to int) {
-	for l := max(from, 1); l <= to && l <= len(lines); l++ {
-		b.WriteString(lines[l-1])
-		b.WriteByte('\n')
+// write copies lines from..to (1-based, inclusive).
+func (o *outline) write(from, to int) {
+	for l := max(from, 1); l <= to && l <= len(o.lines); l++ {
+		o.b.WriteString(o.lines[l-1])
+		o.b.WriteByte('\n')
 	}
 }
 

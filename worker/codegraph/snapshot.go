@@ -14,7 +14,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/a2farm/a2farm/internal/gitrepo"
-	"github.com/a2farm/a2farm/internal/lang"
+	"github.com/a2farm/a2farm/lang"
 )
 
 // SourceFile is one source file of a snapshot.
@@ -36,12 +36,11 @@ type Snapshot struct {
 	ReadTime time.Duration
 }
 
-// IsSourcePath reports whether the graph indexes a path: files the
-// language indexes (.py, .pyx and .pxd for Python) outside folders whose
-// path contains ".git" (as the reference builder, which also skips
-// ".github").
-func IsSourcePath(l lang.Language, p string) bool {
-	return l.Indexed(p) && !strings.Contains(path.Dir(p), ".git")
+// IsSourcePath reports whether the graph reads a path: files one of the
+// languages reads outside folders whose path contains ".git" (as the
+// reference builder, which also skips ".github").
+func IsSourcePath(langs *lang.Set, p string) bool {
+	return langs.Reads(p) && !strings.Contains(path.Dir(p), ".git")
 }
 
 // BlobReader reads git blobs by id.
@@ -49,10 +48,10 @@ type BlobReader interface {
 	ReadBlob(id string) ([]byte, error)
 }
 
-// LoadSnapshot reads the sources of snap that l indexes. Symlinks are
+// LoadSnapshot reads the sources of snap that the languages read. Symlinks are
 // never followed; files that are not valid UTF-8 are skipped and listed.
-func LoadSnapshot(ctx context.Context, l lang.Language, repo string, snap *gitrepo.Snapshot) (*Snapshot, error) {
-	entries, err := snap.Files(func(p string) bool { return IsSourcePath(l, p) })
+func LoadSnapshot(ctx context.Context, langs *lang.Set, repo string, snap *gitrepo.Snapshot) (*Snapshot, error) {
+	entries, err := snap.Files(func(p string) bool { return IsSourcePath(langs, p) })
 	if err != nil {
 		return nil, err
 	}
@@ -86,12 +85,12 @@ func readSource(blobs BlobReader, e gitrepo.Entry) (f SourceFile, ok bool, err e
 	return SourceFile{Path: e.Path, Blob: e.Blob, Content: data}, utf8.Valid(data), nil
 }
 
-// ParseSnapshot reads the sources of snap that l indexes, as LoadSnapshot
+// ParseSnapshot reads the sources of snap that the languages read, as LoadSnapshot
 // does, and parses them, each as soon as it is read: the repository
 // serialises reads, so one goroutine reads while a parser per CPU works
 // through what has arrived. parsed[i] belongs to the snapshot's Files[i].
-func ParseSnapshot(ctx context.Context, l lang.Language, repo string, snap *gitrepo.Snapshot) (*Snapshot, []*lang.File, error) {
-	entries, err := snap.Files(func(p string) bool { return IsSourcePath(l, p) })
+func ParseSnapshot(ctx context.Context, langs *lang.Set, repo string, snap *gitrepo.Snapshot) (*Snapshot, []*lang.File, error) {
+	entries, err := snap.Files(func(p string) bool { return IsSourcePath(langs, p) })
 	if err != nil {
 		return nil, nil, err
 	}
@@ -127,7 +126,7 @@ func ParseSnapshot(ctx context.Context, l lang.Language, repo string, snap *gitr
 		}
 		return nil
 	})
-	parseArriving(ctx, g, l, files, parsed, read, max(1, runtime.GOMAXPROCS(0)))
+	parseArriving(ctx, g, langs, files, parsed, read, max(1, runtime.GOMAXPROCS(0)))
 	if err := g.Wait(); err != nil {
 		return nil, nil, err
 	}

@@ -4,7 +4,7 @@ import (
 	"regexp"
 	"strings"
 
-	"github.com/a2farm/a2farm/internal/lang"
+	"github.com/a2farm/a2farm/lang"
 )
 
 // Chunk sizes in (approximate) tokens, and the per-file chunk limit, as
@@ -40,8 +40,8 @@ type unit struct {
 	spans      []string
 }
 
-// ChunkFile splits one parsed file into chunks.
-func ChunkFile(file string, content []byte, pf *lang.File) []Chunk {
+// ChunkFile splits one file, parsed as language l, into chunks.
+func ChunkFile(l lang.Language, file string, content []byte, pf *lang.File) []Chunk {
 	lines := strings.Split(string(content), "\n")
 	if len(lines) > 0 && lines[len(lines)-1] == "" {
 		lines = lines[:len(lines)-1]
@@ -49,7 +49,7 @@ func ChunkFile(file string, content []byte, pf *lang.File) []Chunk {
 	if len(lines) == 0 {
 		return nil
 	}
-	units := fileUnits(lines, pf)
+	units := fileUnits(l, lines, pf)
 	tokensOf := func(start, end int) int { return approxTokens(strings.Join(lines[start-1:end], "\n")) }
 
 	var chunks []Chunk
@@ -116,14 +116,14 @@ func splitLines(file string, lines []string, u unit, tokensOf func(int, int) int
 // fileUnits turns a file into units: each top-level definition (with its
 // decorators; a class too big for one chunk is split into its header and
 // its members) and each module-level statement group between them.
-func fileUnits(lines []string, pf *lang.File) []unit {
+func fileUnits(l lang.Language, lines []string, pf *lang.File) []unit {
 	var units []unit
 	covered := 0 // last line assigned to a unit
 	moduleGap := func(upTo int) {
 		if upTo <= covered {
 			return
 		}
-		if mu := moduleUnits(lines, pf, covered+1, upTo); len(mu) > 0 {
+		if mu := moduleUnits(l, lines, pf, covered+1, upTo); len(mu) > 0 {
 			units = append(units, mu...)
 		} else if len(units) > 0 {
 			units[len(units)-1].end = upTo // blank lines join the unit before them
@@ -181,7 +181,7 @@ func defSpans(d *lang.Def) []string {
 
 // moduleUnits groups module-level lines [from, to] into one unit with span
 // ids describing what they hold.
-func moduleUnits(lines []string, pf *lang.File, from, to int) []unit {
+func moduleUnits(fl lang.Language, lines []string, pf *lang.File, from, to int) []unit {
 	var spans []string
 	inSpan := func(line int, sp lang.Span) bool { return sp.Contains(line) }
 	hasCode := false
@@ -190,7 +190,7 @@ func moduleUnits(lines []string, pf *lang.File, from, to int) []unit {
 		switch {
 		case text == "":
 			continue
-		case strings.HasPrefix(text, "#"):
+		case fl.IsComment(text):
 			spans = appendNew(spans, "comments")
 			hasCode = true
 			continue

@@ -7,7 +7,7 @@ import (
 
 	"github.com/blevesearch/bleve/v2"
 
-	"github.com/a2farm/a2farm/internal/lang"
+	"github.com/a2farm/a2farm/lang"
 	"github.com/a2farm/a2farm/worker/codegraph"
 )
 
@@ -32,11 +32,11 @@ type ChunkIndex struct {
 // BuildChunkIndex chunks every file the search covers (l's test files
 // are left out); withBM25 also indexes the chunk texts (not their paths)
 // with textbook BM25.
-func BuildChunkIndex(l lang.Language, files []codegraph.SourceFile, parsed []*lang.File, withBM25 bool) *ChunkIndex {
+func BuildChunkIndex(l *lang.Set, files []codegraph.SourceFile, parsed []*lang.File, withBM25 bool) *ChunkIndex {
 	var chunks []Chunk
 	for i, f := range files {
-		if !l.IsTest(f.Path) {
-			chunks = append(chunks, ChunkFile(f.Path, f.Content, parsed[i])...)
+		if fl := l.Reader(f.Path); fl != nil && !fl.IsTest(f.Path) {
+			chunks = append(chunks, ChunkFile(fl, f.Path, f.Content, parsed[i])...)
 		}
 	}
 	return ChunkIndexFrom(files, chunks, withBM25)

@@ -8,7 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/a2farm/a2farm/internal/pyparse"
+	"github.com/a2farm/a2farm/lang"
+	"github.com/a2farm/a2farm/lang/python"
 	"github.com/a2farm/a2farm/worker/codegraph"
 	"github.com/a2farm/a2farm/worker/codegraph/graphtest"
 )
@@ -52,9 +53,9 @@ func TestBM25Textbook(t *testing.T) {
 	}
 }
 
-func parse(t *testing.T, path, src string) *pyparse.File {
+func parse(t *testing.T, path, src string) *python.File {
 	t.Helper()
-	p, err := pyparse.NewParser()
+	p, err := python.NewParser()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +75,7 @@ func TestChunkFileAlignsToDefinitions(t *testing.T) {
 		fmt.Fprintf(&b, "def f%d(a, b, c, d, e):\n%s\n\n", i, body)
 	}
 	src := b.String()
-	chunks := ChunkFile("m.py", []byte(src), parse(t, "m.py", src))
+	chunks := ChunkFile(python.Language{}, "m.py", []byte(src), parse(t, "m.py", src))
 	if len(chunks) < 3 {
 		t.Fatalf("chunks = %d, want several", len(chunks))
 	}
@@ -99,7 +100,7 @@ func TestChunkFileAlignsToDefinitions(t *testing.T) {
 
 func TestChunkFileSplitsHugeDefinitions(t *testing.T) {
 	src := "class Big:\n" + strings.Repeat("    def m(self):\n"+strings.Repeat("        y = a + b + c + d + e + f + g\n", 40)+"\n", 12)
-	chunks := ChunkFile("big.py", []byte(src), parse(t, "big.py", src))
+	chunks := ChunkFile(python.Language{}, "big.py", []byte(src), parse(t, "big.py", src))
 	if len(chunks) < 2 {
 		t.Fatalf("chunks = %d; a class over %d tokens must be split", len(chunks), ChunkMaxTokens)
 	}
@@ -109,7 +110,7 @@ func TestChunkFileSplitsHugeDefinitions(t *testing.T) {
 		}
 	}
 	many := strings.Repeat("def f():\n"+strings.Repeat("    z = q(1, 2, 3, 4, 5, 6, 7, 8, 9)\n", 60)+"\n", 300)
-	if n := len(ChunkFile("many.py", []byte(many), parse(t, "many.py", many))); n != MaxChunksPerFile {
+	if n := len(ChunkFile(python.Language{}, "many.py", []byte(many), parse(t, "many.py", many))); n != MaxChunksPerFile {
 		t.Errorf("chunks of a huge file = %d, want the cap %d", n, MaxChunksPerFile)
 	}
 }
@@ -120,11 +121,11 @@ func TestChunkSearchEngines(t *testing.T) {
 		{Path: "pkg/b.py", Content: []byte("def render_body(text):\n    return text.strip()\n")},
 		{Path: "tests/test_a.py", Content: []byte("def test_parse_header():\n    parse_header('x')\n")},
 	}
-	parsed, err := codegraph.ParseAll(context.Background(), pyparse.Python{}, files)
+	parsed, err := codegraph.ParseAll(context.Background(), lang.NewSet(python.Language{}), files)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ci := BuildChunkIndex(pyparse.Python{}, files, parsed, true)
+	ci := BuildChunkIndex(lang.NewSet(python.Language{}), files, parsed, true)
 	if err := ci.BuildBleve(t.TempDir()); err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +152,7 @@ func TestChunkSearchEngines(t *testing.T) {
 }
 
 func TestNodeSearch(t *testing.T) {
-	g := graphtest.Build(t, pyparse.Python{}, graphtest.Files)
+	g := graphtest.Build(t, lang.NewSet(python.Language{}), graphtest.Files)
 	ns := BuildNodeSearch(g)
 	hits := ns.Search("Engine run", 3)
 	if len(hits) == 0 || g.Node(hits[0]).ID != "pkg/core.py:Engine.run" {

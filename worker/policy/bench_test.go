@@ -2,11 +2,13 @@ package policy
 
 import (
 	"context"
-	"github.com/a2farm/a2farm/internal/pyparse"
 	"path/filepath"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/a2farm/a2farm/lang"
+	"github.com/a2farm/a2farm/lang/python"
 
 	"github.com/a2farm/a2farm/internal/gitrepo"
 	"github.com/a2farm/a2farm/internal/sample"
@@ -34,7 +36,7 @@ func BenchmarkTurnOverhead(b *testing.B) {
 	}
 	var insts []prepared
 	for _, inst := range l.Instances {
-		idx, err := repoindex.Build(context.Background(), repos, inst.Repo, inst.BaseCommit, repoindex.BuildOptions{Language: pyparse.Python{}})
+		idx, err := repoindex.Build(context.Background(), repos, inst.Repo, inst.BaseCommit, repoindex.BuildOptions{Languages: lang.NewSet(python.Language{})})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -7,7 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/a2farm/a2farm/internal/lang"
+	"github.com/a2farm/a2farm/lang"
 	"math/rand/v2"
 	"regexp"
 	"slices"
@@ -49,11 +49,11 @@ func (Heuristic) Next(_ context.Context, req agent.ModelRequest) (*agent.ModelRe
 	// often enough to share first actions, as history grouping needs.
 	seed := schema.RunSeed(req.Seed, req.Sample)
 	rng := rand.New(rand.NewPCG(uint64(seed), uint64(req.Sample)<<32|uint64(req.Turn)))
-	terms := issueTerms(issue, req.Language)
+	terms := issueTerms(issue, req.Languages)
 	budget := 3 + int((uint64(seed)+uint64(req.Sample)*7)%4) // 3..6 tool calls per episode
 
 	if st.calls >= budget || st.lastCall {
-		a := answer(st, terms, req.Language)
+		a := answer(st, terms, req.Languages)
 		return reply(fmt.Sprintf("I have seen enough to answer.\n%s", a), "finish", map[string]any{"answer": a}), nil
 	}
 	unread := st.unreadEntities(terms)
@@ -75,7 +75,7 @@ func (Heuristic) Next(_ context.Context, req agent.ModelRequest) (*agent.ModelRe
 	default:
 		pick := pickTerms(terms, rng, 1+rng.IntN(2), st.searched)
 		if len(pick) == 0 {
-			return reply("I have seen enough to answer.", "finish", map[string]any{"answer": answer(st, terms, req.Language)}), nil
+			return reply("I have seen enough to answer.", "finish", map[string]any{"answer": answer(st, terms, req.Languages)}), nil
 		}
 		return reply("Let me search further.", "search_code_snippets", map[string]any{"search_terms": pick}), nil
 	}
@@ -141,7 +141,7 @@ func readState(msgs []llm.Message) *state {
 
 // issueTerms are the identifiers, dotted names, code spans and file names
 // of the issue, most specific first, then long plain words.
-func issueTerms(issue string, l lang.Language) []string {
+func issueTerms(issue string, l *lang.Set) []string {
 	var out []string
 	add := func(s string) {
 		s = strings.Trim(s, " .()`'\"")
@@ -154,7 +154,7 @@ func issueTerms(issue string, l lang.Language) []string {
 			add(m[1])
 		}
 	}
-	sourceFile := regexp.MustCompile(`[\w/-]+` + lang.ExtensionPattern(l) + `\b`)
+	sourceFile := regexp.MustCompile(`[\w/-]+` + l.ExtensionPattern() + `\b`)
 	for _, re := range []*regexp.Regexp{sourceFile, dotted, camelCase, snakeCase} {
 		for _, m := range re.FindAllString(issue, -1) {
 			add(m)
@@ -244,7 +244,7 @@ func (st *state) best(terms []string, rng *rand.Rand) string {
 
 // answer lists up to five files with their best entities, in the format
 // the task asks for.
-func answer(st *state, terms []string, l lang.Language) string {
+func answer(st *state, terms []string, l *lang.Set) string {
 	type fileEntry struct {
 		file     string
 		entities []string
@@ -253,7 +253,7 @@ func answer(st *state, terms []string, l lang.Language) string {
 	index := map[string]int{}
 	for _, id := range st.ranked(terms) {
 		file, qual, isEntity := strings.Cut(id, ":")
-		if !lang.HasExtension(l, file) {
+		if !l.HasExtension(file) {
 			continue
 		}
 		i, ok := index[file]

@@ -2,10 +2,12 @@ package policy
 
 import (
 	"context"
-	"github.com/a2farm/a2farm/internal/pyparse"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/a2farm/a2farm/lang"
+	"github.com/a2farm/a2farm/lang/python"
 
 	"github.com/a2farm/a2farm/internal/gitrepo"
 	"github.com/a2farm/a2farm/internal/sample"
@@ -29,7 +31,7 @@ func runSampleWith(t *testing.T, instance int, samples int, model agent.Model) [
 	repos := gitrepo.NewSet(l.ReposDir)
 	defer repos.Close()
 	inst := l.Instances[instance]
-	idx, err := repoindex.Build(context.Background(), repos, inst.Repo, inst.BaseCommit, repoindex.BuildOptions{Language: pyparse.Python{}})
+	idx, err := repoindex.Build(context.Background(), repos, inst.Repo, inst.BaseCommit, repoindex.BuildOptions{Languages: lang.NewSet(python.Language{})})
 	if err != nil {
 		t.Fatal(err)
 	}

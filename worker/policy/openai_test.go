@@ -3,7 +3,6 @@ package policy
 import (
 	"context"
 	"encoding/json"
-	"github.com/a2farm/a2farm/internal/pyparse"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -12,6 +11,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/a2farm/a2farm/lang"
+	"github.com/a2farm/a2farm/lang/python"
 
 	"github.com/a2farm/a2farm/internal/gitrepo"
 	"github.com/a2farm/a2farm/internal/llm"
@@ -83,7 +85,7 @@ func newFixture(t *testing.T) fixture {
 	repos := gitrepo.NewSet(l.ReposDir)
 	t.Cleanup(func() { repos.Close() })
 	inst := l.Instances[0]
-	idx, err := repoindex.Build(context.Background(), repos, inst.Repo, inst.BaseCommit, repoindex.BuildOptions{Language: pyparse.Python{}})
+	idx, err := repoindex.Build(context.Background(), repos, inst.Repo, inst.BaseCommit, repoindex.BuildOptions{Languages: lang.NewSet(python.Language{})})
 	if err != nil {
 		t.Fatal(err)
 	}

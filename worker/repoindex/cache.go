@@ -22,14 +22,14 @@ import (
 
 	"github.com/a2farm/a2farm/internal/atomicfile"
 	"github.com/a2farm/a2farm/internal/gitrepo"
-	"github.com/a2farm/a2farm/internal/lang"
+	"github.com/a2farm/a2farm/lang"
 	"github.com/a2farm/a2farm/worker/codegraph"
 	"github.com/a2farm/a2farm/worker/codesearch"
 	"github.com/a2farm/a2farm/worker/history"
 )
 
-// Cache keeps indexes on disk, content-addressed by repository, commit and
-// index Version, so that all rollouts of a snapshot — in any worker process
+// Cache keeps indexes on disk, content-addressed by repository, commit,
+// index Version and the languages (with their versions) that read it, so that all rollouts of a snapshot — in any worker process
 // on the host — share one build. Parse results are cached per git blob and
 // commit file lists per commit, so a nearby commit of the same repository
 // re-indexes incrementally.
@@ -38,7 +38,7 @@ import (
 //
 //	v1/snapshots/owner__name/<commit>-<engine>/   meta.json, chunks.gob, commits.gob, chunks.bleve/
 //	v1/snapshots/owner__name/<commit>-<engine>.lock
-//	v1/parse/<blob[:2]>/<blob>.gob
+//	v1/parse/<language>@<version>/<blob[:2]>/<blob>.gob
 //	v1/commits/owner__name.gob (+ .lock)
 //
 // Concurrency: a snapshot is built under an exclusive flock of its own
@@ -69,13 +69,15 @@ func OpenCache(dir string, maxBytes int64) (*Cache, error) {
 
 // snapshotMeta is meta.json of a cached snapshot.
 type snapshotMeta struct {
-	Version int       `json:"version"`
-	Repo    string    `json:"repo"`
-	Commit  string    `json:"commit"`
-	Engine  string    `json:"engine"`
-	Files   int       `json:"files"`
-	Chunks  int       `json:"chunks"`
-	Built   time.Time `json:"built"`
+	Version int    `json:"version"`
+	Repo    string `json:"repo"`
+	Commit  string `json:"commit"`
+	Engine  string `json:"engine"`
+	// Languages is the lang.Set key the entry was read with.
+	Languages string    `json:"languages"`
+	Files     int       `json:"files"`
+	Chunks    int       `json:"chunks"`
+	Built     time.Time `json:"built"`
 }
 
 // snapshotDir is the entry of a snapshot for one search engine (entries
@@ -145,7 +147,7 @@ func (c *Cache) touch(dir string) {
 // tryLoad loads a complete entry made for these options.
 func (c *Cache) tryLoad(ctx context.Context, snap *gitrepo.Snapshot, repo string, opts BuildOptions, dir string) (*Index, bool) {
 	meta, err := readMeta(dir)
-	if err != nil || meta.Version != Version || meta.Engine != opts.Engine {
+	if err != nil || meta.Version != Version || meta.Engine != opts.Engine || meta.Languages != opts.Languages.Key() {
 		return nil, false
 	}
 	idx, err := c.load(ctx, snap, repo, opts, dir)
@@ -180,7 +182,7 @@ func (c *Cache) buildEntry(ctx context.Context, snap *gitrepo.Snapshot, repo str
 	if err := idx.Chunks.Close(); err != nil { // reopened from the final place below
 		return nil, err
 	}
-	meta := snapshotMeta{Version: Version, Repo: repo, Commit: idx.Commit, Engine: opts.Engine,
+	meta := snapshotMeta{Version: Version, Repo: repo, Commit: idx.Commit, Engine: opts.Engine, Languages: opts.Languages.Key(),
 		Files: len(idx.Graph.Files()), Chunks: len(idx.Chunks.Chunks), Built: time.Now().UTC()}
 	if err := writeGob(filepath.Join(tmp, "chunks.gob"), idx.Chunks.Chunks); err != nil {
 		return nil, err
@@ -230,7 +232,7 @@ func (c *Cache) load(ctx context.Context, snap *gitrepo.Snapshot, repo string, o
 
 // parseAll parses files, reusing cached results by blob id; a nil cache
 // parses everything.
-func (c *Cache) parseAll(ctx context.Context, l lang.Language, files []codegraph.SourceFile) ([]*lang.File, error) {
+func (c *Cache) parseAll(ctx context.Context, l *lang.Set, files []codegraph.SourceFile) ([]*lang.File, error) {
 	if c == nil {
 		return codegraph.ParseAll(ctx, l, files)
 	}
@@ -238,7 +240,7 @@ func (c *Cache) parseAll(ctx context.Context, l lang.Language, files []codegraph
 	var missing []int
 	for i, f := range files {
 		var pf lang.File
-		if err := readGob(c.parsePath(f.Blob), &pf); err == nil && pf.Path == f.Path {
+		if err := readGob(c.parsePath(l, f), &pf); err == nil && pf.Path == f.Path {
 			out[i] = &pf
 			continue
 		}
@@ -259,16 +261,28 @@ func (c *Cache) parseAll(ctx context.Context, l lang.Language, files []codegraph
 	g.SetLimit(runtime.GOMAXPROCS(0))
 	for j, i := range missing {
 		out[i] = parsed[j]
-		g.Go(func() error { return writeGobAtomic(c.parsePath(files[i].Blob), parsed[j]) })
+		g.Go(func() error { return writeGobAtomic(c.parsePath(l, files[i]), parsed[j]) })
 	}
 	return out, g.Wait()
 }
 
-// parsePath keys parse results by blob. The path is part of the stored
-// value (relative imports depend on it, and it decides the language), and
-// checked on load.
-func (c *Cache) parsePath(blob string) string {
-	return filepath.Join(c.root, "parse", blob[:2], blob+".gob")
+// parsePath keys parse results by the language (and its version) that
+// reads the file, then by blob. The path is part of the stored value
+// (relative imports depend on it), and checked on load.
+func (c *Cache) parsePath(langs *lang.Set, f codegraph.SourceFile) string {
+	return c.parsePathOf(readerKey(langs, f.Path), f.Blob)
+}
+
+func (c *Cache) parsePathOf(reader, blob string) string {
+	return filepath.Join(c.root, "parse", reader, blob[:2], blob+".gob")
+}
+
+// readerKey names the language that reads path, with its version.
+func readerKey(langs *lang.Set, path string) string {
+	if l := langs.Reader(path); l != nil {
+		return l.Name() + "@" + l.Version()
+	}
+	return "none"
 }
 
 // commitFiles returns the known-files lookup of a repository's commit memo

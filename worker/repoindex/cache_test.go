@@ -8,8 +8,9 @@ import (
 	"testing"
 
 	"github.com/a2farm/a2farm/internal/gitrepo"
-	"github.com/a2farm/a2farm/internal/pyparse"
 	"github.com/a2farm/a2farm/internal/repogen"
+	"github.com/a2farm/a2farm/lang"
+	"github.com/a2farm/a2farm/lang/python"
 	"github.com/a2farm/a2farm/worker/codegraph/graphtest"
 )
 
@@ -59,7 +60,7 @@ func TestCacheReusesSnapshotsAndBlobs(t *testing.T) {
 	ctx := context.Background()
 	open := func(commit string) *Index {
 		t.Helper()
-		idx, err := Build(ctx, repos, "o/r", commit, BuildOptions{Language: pyparse.Python{}, Cache: cache})
+		idx, err := Build(ctx, repos, "o/r", commit, BuildOptions{Languages: lang.NewSet(python.Language{}), Cache: cache})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -112,7 +113,7 @@ func TestCacheConcurrentBuildsShareOneEntry(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			results[i], errs[i] = Build(context.Background(), repos, "o/r", first, BuildOptions{Language: pyparse.Python{}, Cache: cache})
+			results[i], errs[i] = Build(context.Background(), repos, "o/r", first, BuildOptions{Languages: lang.NewSet(python.Language{}), Cache: cache})
 		}()
 	}
 	wg.Wait()
@@ -139,12 +140,12 @@ func TestCacheEvictsLeastRecentlyUsed(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	a, err := Build(ctx, repos, "o/r", first, BuildOptions{Language: pyparse.Python{}, Cache: cache})
+	a, err := Build(ctx, repos, "o/r", first, BuildOptions{Languages: lang.NewSet(python.Language{}), Cache: cache})
 	if err != nil {
 		t.Fatal(err)
 	}
 	a.Close()
-	b, err := Build(ctx, repos, "o/r", second, BuildOptions{Language: pyparse.Python{}, Cache: cache})
+	b, err := Build(ctx, repos, "o/r", second, BuildOptions{Languages: lang.NewSet(python.Language{}), Cache: cache})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,7 +153,7 @@ func TestCacheEvictsLeastRecentlyUsed(t *testing.T) {
 		t.Errorf("the unused older snapshot was kept (stat err %v)", err)
 	}
 	// b is open: building another entry must not evict it.
-	c, err := Build(ctx, repos, "o/r", first, BuildOptions{Language: pyparse.Python{}, Cache: cache})
+	c, err := Build(ctx, repos, "o/r", first, BuildOptions{Languages: lang.NewSet(python.Language{}), Cache: cache})
 	if err != nil {
 		t.Fatal(err)
 	}

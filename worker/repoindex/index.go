@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/a2farm/a2farm/internal/gitrepo"
-	"github.com/a2farm/a2farm/internal/lang"
+	"github.com/a2farm/a2farm/lang"
 	"github.com/a2farm/a2farm/worker/codegraph"
 	"github.com/a2farm/a2farm/worker/codesearch"
 	"github.com/a2farm/a2farm/worker/history"
@@ -47,7 +47,7 @@ type Index struct {
 	release []func() error
 	// blobs are the snapshot's source blobs, whose parse results a
 	// shared bundle carries.
-	blobs []string
+	blobs []parsedBlob
 }
 
 // Timing is the build time of one index part.
@@ -58,8 +58,8 @@ type Timing struct {
 
 // BuildOptions tune index construction.
 type BuildOptions struct {
-	// Language parses the snapshot's files (required).
-	Language lang.Language
+	// Languages read the snapshot's files, each by its own (required).
+	Languages *lang.Set
 	// Summaries is a prebuilt {file_path: summary} table; nil uses
 	// structural summaries only.
 	Summaries map[string]string
@@ -121,7 +121,7 @@ func Build(ctx context.Context, repos *gitrepo.Set, repo, commit string, opts Bu
 	if opts.Engine == "" {
 		opts.Engine = DefaultEngine
 	}
-	if opts.Language == nil {
+	if opts.Languages.Len() == 0 {
 		return nil, errors.New("index: no language to parse the snapshot with")
 	}
 	if opts.Shared != nil && opts.Cache == nil {
@@ -185,26 +185,26 @@ func (c *Cache) prepare(ctx context.Context, snap *gitrepo.Snapshot, repo string
 	var err error
 	if c == nil {
 		// Nothing cached to reuse: parse each file as it is read.
-		if src, parsed, err = codegraph.ParseSnapshot(ctx, opts.Language, repo, snap); err != nil {
+		if src, parsed, err = codegraph.ParseSnapshot(ctx, opts.Languages, repo, snap); err != nil {
 			return nil, nil, nil, fmt.Errorf("load %s@%s: %w", repo, snap.Commit(), err)
 		}
 		idx.Timings = append(idx.Timings, Timing{"read", src.ReadTime}, Timing{"parse", time.Since(start) - src.ReadTime})
 	} else {
-		if src, err = codegraph.LoadSnapshot(ctx, opts.Language, repo, snap); err != nil {
+		if src, err = codegraph.LoadSnapshot(ctx, opts.Languages, repo, snap); err != nil {
 			return nil, nil, nil, fmt.Errorf("load %s@%s: %w", repo, snap.Commit(), err)
 		}
 		idx.timed("read", start)
 		start = time.Now()
-		if parsed, err = c.parseAll(ctx, opts.Language, src.Files); err != nil {
+		if parsed, err = c.parseAll(ctx, opts.Languages, src.Files); err != nil {
 			return nil, nil, nil, err
 		}
 		idx.timed("parse", start)
 	}
 	for _, f := range src.Files {
-		idx.blobs = append(idx.blobs, f.Blob)
+		idx.blobs = append(idx.blobs, parsedBlob{readerKey(opts.Languages, f.Path), f.Blob})
 	}
 	start = time.Now()
-	idx.Graph = codegraph.BuildGraph(opts.Language, src.Files, parsed)
+	idx.Graph = codegraph.BuildGraph(opts.Languages, src.Files, parsed)
 	idx.timed("graph", start)
 	return idx, src, parsed, nil
 }
@@ -234,7 +234,7 @@ func (idx *Index) finish(opts BuildOptions, files []codegraph.SourceFile, parsed
 	idx.Summaries = summary.BuildSummaries(idx.Graph, idx.Commits, opts.Summaries)
 	idx.Nodes = codesearch.BuildNodeSearch(idx.Graph)
 	if chunks == nil {
-		idx.Chunks = codesearch.BuildChunkIndex(opts.Language, files, parsed, opts.Engine == codesearch.EngineBM25)
+		idx.Chunks = codesearch.BuildChunkIndex(opts.Languages, files, parsed, opts.Engine == codesearch.EngineBM25)
 	} else {
 		idx.Chunks = codesearch.ChunkIndexFrom(files, chunks, opts.Engine == codesearch.EngineBM25)
 	}

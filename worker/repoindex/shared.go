@@ -41,7 +41,7 @@ const sharedPoll = 250 * time.Millisecond
 
 // sharedKey names a snapshot's bundle by everything that makes its index.
 func sharedKey(repo, commit string, opts BuildOptions) string {
-	return fmt.Sprintf("v%d/%s/%s@%s/%s", Version, opts.Language.Name(), repo, commit, opts.Engine)
+	return fmt.Sprintf("v%d/%s/%s@%s/%s", Version, opts.Languages.Key(), repo, commit, opts.Engine)
 }
 
 // fromShared gets a missing cache entry from the farm: a bundle another
@@ -98,9 +98,13 @@ const (
 	bundleParse = "parse/"
 )
 
+// parsedBlob names one cached parse result: the language that read the
+// blob (readerKey) and the blob.
+type parsedBlob struct{ reader, blob string }
+
 // share stores the entry at dir, with the parse results of blobs, under
 // key.
-func (c *Cache) share(ctx context.Context, s Shared, key, dir string, blobs []string) error {
+func (c *Cache) share(ctx context.Context, s Shared, key, dir string, blobs []parsedBlob) error {
 	var buf bytes.Buffer
 	zw, err := zstd.NewWriter(&buf, zstd.WithEncoderLevel(zstd.SpeedFastest))
 	if err != nil {
@@ -131,8 +135,8 @@ func (c *Cache) share(ctx context.Context, s Shared, key, dir string, blobs []st
 	if err != nil {
 		return fmt.Errorf("bundle %s: %w", key, err)
 	}
-	for _, blob := range blobs {
-		if err := add(bundleParse+blob+".gob", c.parsePath(blob)); err != nil {
+	for _, b := range blobs {
+		if err := add(bundleParse+b.reader+"/"+b.blob+".gob", c.parsePathOf(b.reader, b.blob)); err != nil {
 			return fmt.Errorf("bundle %s: %w", key, err)
 		}
 	}
@@ -210,11 +214,11 @@ func (c *Cache) unbundle(h *tar.Header, r io.Reader, tmp string) error {
 		}
 		return f.Close()
 	case strings.HasPrefix(clean, bundleParse):
-		blob := strings.TrimSuffix(strings.TrimPrefix(clean, bundleParse), ".gob")
-		if len(blob) < 3 || strings.ContainsAny(blob, "/.") {
-			return fmt.Errorf("member %q: bad blob id", h.Name)
+		reader, blob, _ := strings.Cut(strings.TrimSuffix(strings.TrimPrefix(clean, bundleParse), ".gob"), "/")
+		if len(blob) < 3 || strings.ContainsAny(blob, "/.") || reader == "" || reader == ".." || strings.ContainsAny(reader, "/\\") {
+			return fmt.Errorf("member %q: bad parse result name", h.Name)
 		}
-		dst := c.parsePath(blob)
+		dst := c.parsePathOf(reader, blob)
 		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
 			return err
 		}

@@ -12,7 +12,8 @@ import (
 	"github.com/a2farm/a2farm/internal/bus"
 	"github.com/a2farm/a2farm/internal/checkfor"
 	"github.com/a2farm/a2farm/internal/natstest"
-	"github.com/a2farm/a2farm/internal/pyparse"
+	"github.com/a2farm/a2farm/lang"
+	"github.com/a2farm/a2farm/lang/python"
 )
 
 // hosts are workers on separate machines: each its own cache folder, all
@@ -34,7 +35,7 @@ func hosts(t *testing.T, n int) (*bus.Bus, []BuildOptions) {
 		if !ok {
 			t.Fatal("the farm has no shared index store")
 		}
-		out = append(out, BuildOptions{Language: pyparse.Python{}, Cache: cache, Shared: shared})
+		out = append(out, BuildOptions{Languages: lang.NewSet(python.Language{}), Cache: cache, Shared: shared})
 	}
 	return b, out
 }
@@ -94,7 +95,7 @@ func TestSharedIndexIsBuiltOnceAcrossHosts(t *testing.T) {
 func TestSharedIndexBuilderDies(t *testing.T) {
 	repos, first, _ := twoCommits(t)
 	b, opts := hosts(t, 1)
-	key := sharedKey("o/r", first, BuildOptions{Language: pyparse.Python{}, Engine: DefaultEngine})
+	key := sharedKey("o/r", first, BuildOptions{Languages: lang.NewSet(python.Language{}), Engine: DefaultEngine})
 	dead, _ := b.SharedIndexes("dead-host")
 	held, _, err := dead.Claim(context.Background(), key) // never released: its holder "dies"
 	if err != nil || !held {

@@ -3,11 +3,13 @@ package tools
 import (
 	"context"
 	"encoding/json"
-	"github.com/a2farm/a2farm/internal/pyparse"
 	"os"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/a2farm/a2farm/lang"
+	"github.com/a2farm/a2farm/lang/python"
 
 	"github.com/a2farm/a2farm/internal/gitrepo"
 	"github.com/a2farm/a2farm/worker/repoindex"
@@ -24,7 +26,7 @@ func BenchmarkToolLatency(b *testing.B) {
 	}
 	repos := gitrepo.NewSet(reposDir)
 	defer repos.Close()
-	idx, err := repoindex.Build(context.Background(), repos, repo, commit, repoindex.BuildOptions{Language: pyparse.Python{}})
+	idx, err := repoindex.Build(context.Background(), repos, repo, commit, repoindex.BuildOptions{Languages: lang.NewSet(python.Language{})})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/a2farm/a2farm/internal/lang"
+	"github.com/a2farm/a2farm/lang"
 	"github.com/a2farm/a2farm/worker/codegraph"
 )
 
@@ -24,8 +24,8 @@ const (
 
 // searchTool's default file pattern is every source file of the language
 // ("**/*.py").
-func searchTool(l lang.Language) *Tool {
-	defaultFilePattern := lang.SourceGlob(l)
+func searchTool(l *lang.Set) *Tool {
+	defaultFilePattern := l.SourceGlob()
 	return &Tool{
 		Name: SearchCodeSnippets,
 		Description: `Searches the code for terms or around line numbers.
@@ -293,7 +293,7 @@ func (s *Set) searchEntity(term string, ti int, include map[string]bool) (result
 		return []queryResult{{format: formatComplete, node: n, hasNode: true, file: codegraph.FileOfID(term),
 			terms: []int{ti}, source: fmt.Sprintf("Exact match found for entity name `%s`.", term)}}, false
 	}
-	if base, ok := strings.CutSuffix(term, lang.QualifiedInitializer(g.Language())); ok {
+	if base := g.Languages().CanonicalID(term); base != term {
 		if n, ok := g.HasNode(base); ok {
 			return []queryResult{s.preview(n, ti, fmt.Sprintf("Exact match found for entity name `%s`.", base))}, false
 		}
@@ -414,7 +414,7 @@ func (s *Set) lookupName(term string, include map[string]bool, prefix string) []
 		}
 		if len(prefixParts) > 0 {
 			lower := strings.ToLower(id)
-			for _, ext := range g.Language().Extensions() {
+			for _, ext := range g.Languages().Extensions() {
 				lower = strings.ReplaceAll(lower, ext, "")
 			}
 			parts := idParts.Split(lower, -1)

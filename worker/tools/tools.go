@@ -105,7 +105,7 @@ func AllNames() []string {
 func New(idx *repoindex.Index, opts Options) (*Set, error) {
 	all := map[string]*Tool{
 		Finish:               finishTool(),
-		SearchCodeSnippets:   searchTool(idx.Graph.Language()),
+		SearchCodeSnippets:   searchTool(idx.Graph.Languages()),
 		GetEntityContents:    entityTool(),
 		ExploreTreeStructure: treeTool(),
 		SearchCommit:         commitTool(),

@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/a2farm/a2farm/internal/pyparse"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/a2farm/a2farm/lang"
+	"github.com/a2farm/a2farm/lang/python"
 
 	"github.com/a2farm/a2farm/internal/gitrepo"
 	"github.com/a2farm/a2farm/internal/golden"
@@ -29,7 +31,7 @@ var sampleIndex = sync.OnceValues(func() (*repoindex.Index, error) {
 	}
 	repos := gitrepo.NewSet(l.ReposDir)
 	defer repos.Close()
-	return repoindex.Build(context.Background(), repos, sample.Repo, "main", repoindex.BuildOptions{Language: pyparse.Python{}})
+	return repoindex.Build(context.Background(), repos, sample.Repo, "main", repoindex.BuildOptions{Languages: lang.NewSet(python.Language{})})
 })
 
 func newSampleSet(t *testing.T) *Set {

@@ -7,7 +7,6 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/a2farm/a2farm/internal/lang"
 	"github.com/a2farm/a2farm/worker/codegraph"
 )
 
@@ -116,7 +115,7 @@ func (s *Set) exploreTree(starts []string, q treeQuery) Result {
 		if root != "/" {
 			root = strings.Trim(root, "/")
 		}
-		root = strings.TrimSuffix(root, lang.QualifiedInitializer(g.Language()))
+		root = g.Languages().CanonicalID(root)
 		n, ok := g.Lookup(root)
 		switch {
 		case !ok:

@@ -9,14 +9,14 @@ import (
 	"testing"
 
 	"github.com/a2farm/a2farm/internal/gitrepo"
-	"github.com/a2farm/a2farm/internal/lang"
 	"github.com/a2farm/a2farm/internal/repogen"
+	"github.com/a2farm/a2farm/lang"
 	"github.com/a2farm/a2farm/worker/codegraph"
 )
 
 // Build commits files into a fresh repository and builds the graph of
 // that commit the way the CLI does (git objects -> snapshot -> graph).
-func Build(t testing.TB, l lang.Language, files map[string]string) *codegraph.Graph {
+func Build(t testing.TB, l *lang.Set, files map[string]string) *codegraph.Graph {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "o__r")
 	r, err := repogen.Init(dir)
@@ -36,7 +36,7 @@ func Build(t testing.TB, l lang.Language, files map[string]string) *codegraph.Gr
 }
 
 // Snapshot reads the sources of a commit of the repository at dir.
-func Snapshot(t testing.TB, l lang.Language, dir, commit string) *codegraph.Snapshot {
+func Snapshot(t testing.TB, l *lang.Set, dir, commit string) *codegraph.Snapshot {
 	t.Helper()
 	src, err := codegraph.LoadSnapshot(context.Background(), l, "o/r", At(t, dir, commit))
 	if err != nil {

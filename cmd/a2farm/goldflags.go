@@ -1,0 +1,47 @@
+package main
+
+import (
+	"context"
+
+	"github.com/spf13/cobra"
+
+	"github.com/a2farm/a2farm/schema"
+)
+
+// goldFlags say where labelling commands (replay, report) find gold: a
+// gt_location.jsonl file, or a dataset whose patches are extracted.
+type goldFlags struct {
+	path, dataset, repos string
+}
+
+func (g *goldFlags) bind(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.StringVar(&g.path, "gold", "", "gt_location.jsonl")
+	f.StringVar(&g.dataset, "dataset", "", "instead of --gold: extract gold from this dataset's patches (needs --repos)")
+	f.StringVar(&g.repos, "repos", envOr("A2FARM_REPOS", ""), "repositories for --dataset (env A2FARM_REPOS)")
+}
+
+// given reports whether exactly one of --gold and --dataset is set.
+func (g *goldFlags) given() bool { return (g.path == "") != (g.dataset == "") }
+
+// load reads the gold file, or extracts gold from the dataset; instances
+// with null gold are left out.
+func (g *goldFlags) load(ctx context.Context, e *env) (map[string]schema.Locations, error) {
+	var golds []schema.Gold
+	var err error
+	if g.path != "" {
+		golds, err = readFile(g.path, schema.ReadGold)
+	} else {
+		golds, err = extractGold(ctx, e, g.dataset, g.repos)
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]schema.Locations{}
+	for _, row := range golds {
+		if row.FileChanges != nil {
+			out[row.InstanceID] = row.Locations()
+		}
+	}
+	return out, nil
+}

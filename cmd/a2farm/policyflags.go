@@ -1,0 +1,173 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/a2farm/a2farm/schema"
+	"github.com/a2farm/a2farm/worker/policy"
+)
+
+// runFlags are what a run decides for every job — what acts, how it
+// samples, the episode limits — shared by coordinator, up and localize.
+type runFlags struct {
+	kind, model, version          string
+	temperature, topP, repPenalty float64
+	topK, maxTokens               int64
+	seed                          int64
+	textMode, tokenIDs, logprobs  bool
+	maxToolCalls, maxContext      int64
+	episodeTimeout                time.Duration
+	branches, forkDepth           int64
+	forkAt                        string
+	branchBudget                  float64
+}
+
+func (f *runFlags) bind(cmd *cobra.Command, defaultKind string) {
+	fs := cmd.Flags()
+	fs.StringVar(&f.kind, "policy", defaultKind, "policy kind that plays the run: heuristic (built in), openai (a model on an OpenAI-compatible server) or replay (recorded trajectories)")
+	fs.StringVar(&f.model, "model", envOr("A2FARM_MODEL", ""), "model or LoRA adapter name the openai policy asks the server for (env A2FARM_MODEL)")
+	fs.StringVar(&f.version, "policy-version", "", "checkpoint tag recorded in every trajectory, e.g. iter1")
+	fs.Float64Var(&f.temperature, "temperature", 1.0, "sampling temperature (0: greedy, for evaluation)")
+	fs.Float64Var(&f.topP, "top-p", 0.8, "nucleus sampling (0: not sent)")
+	fs.Int64Var(&f.topK, "top-k", 0, "top-k sampling, a vLLM/SGLang extra field (0: not sent)")
+	fs.Float64Var(&f.repPenalty, "repetition-penalty", 1.05, "repetition penalty, a vLLM/SGLang extra field (0: not sent)")
+	fs.Int64Var(&f.maxTokens, "max-tokens", 4096, "completion tokens per turn (0: not sent)")
+	fs.Int64Var(&f.seed, "seed", 42, "run seed; sample s gets its own seed from it, turn t of the sample sends that seed + t")
+	fs.BoolVar(&f.textMode, "text-mode", false, "describe tools in the system message and parse <function=...> calls (servers without a tool parser)")
+	fs.BoolVar(&f.tokenIDs, "return-token-ids", false, `ask the server for prompt and completion token ids ("return_token_ids": vLLM, SGLang) and write token shards`)
+	fs.BoolVar(&f.logprobs, "logprobs", false, "record the completion tokens' log-probabilities")
+	fs.Int64Var(&f.maxToolCalls, "max-tool-calls", 20, "tool calls per episode before the final answer")
+	fs.Int64Var(&f.maxContext, "max-context-tokens", 40000, "model context; older observations are trimmed past 70% of it")
+	fs.DurationVar(&f.episodeTimeout, "episode-timeout", 15*time.Minute, "wall time of one episode (0: none)")
+	fs.Int64Var(&f.branches, "branches", 0, "branch rollouts: once an instance's samples are in, fork them into this many continuations at each fork point (0: none)")
+	fs.StringVar(&f.forkAt, "fork-at", "auto", "fork points of --branches: comma-separated turns (every sample forks at each it lived past), or auto (the turns whose --fork-depth history group has no sibling, cheapest first, within --branch-budget)")
+	fs.Float64Var(&f.branchBudget, "branch-budget", 0.25, "auto fork points: extra turns per instance, as a share of its samples' turns")
+	fs.Int64Var(&f.forkDepth, "fork-depth", 2, "auto fork points: the history depth whose groups are thinned (the learner's --H)")
+}
+
+// branching reads the branch flags.
+func (f *runFlags) branching() (schema.Branching, error) {
+	b := schema.Branching{Branches: f.branches}
+	if f.branches > 0 {
+		b.Budget, b.Depth = f.branchBudget, f.forkDepth
+		if f.forkAt != "auto" {
+			b.Budget, b.Depth = 0, 0
+			for _, field := range strings.Split(f.forkAt, ",") {
+				t, err := strconv.ParseInt(strings.TrimSpace(field), 10, 64)
+				if err != nil {
+					return b, usagef("--fork-at %q: want comma-separated turns or auto", f.forkAt)
+				}
+				b.ForkAt = append(b.ForkAt, t)
+			}
+		}
+	}
+	if err := b.Validate(); err != nil {
+		return b, &usageError{err}
+	}
+	return b, nil
+}
+
+// spec validates the flags and returns the run's spec.
+func (f *runFlags) spec() (schema.RunSpec, error) {
+	switch schema.PolicyKind(f.kind) {
+	case schema.PolicyHeuristic, schema.PolicyReplay:
+	case schema.PolicyOpenAI:
+		if f.model == "" {
+			return schema.RunSpec{}, usagef("--policy openai needs --model (the model or adapter name the server serves)")
+		}
+	default:
+		return schema.RunSpec{}, usagef("--policy %q: want heuristic, openai or replay", f.kind)
+	}
+	if f.maxToolCalls < 1 || f.maxContext < 1 || f.episodeTimeout < 0 {
+		return schema.RunSpec{}, usagef("--max-tool-calls and --max-context-tokens must be >= 1, --episode-timeout >= 0")
+	}
+	s := schema.RunSpec{
+		Policy: schema.Policy{Kind: schema.PolicyKind(f.kind), Model: f.model, Version: f.version, TextMode: f.textMode,
+			ReturnTokenIDs: f.tokenIDs, Logprobs: f.logprobs},
+		Sampling: schema.Sampling{Temperature: f.temperature, TopP: f.topP, TopK: f.topK, RepetitionPenalty: f.repPenalty,
+			MaxTokens: f.maxTokens},
+		Limits: schema.Limits{MaxToolCalls: f.maxToolCalls, MaxContextTokens: f.maxContext,
+			WallTimeSeconds: int64(f.episodeTimeout.Round(time.Second) / time.Second)},
+		Seed: f.seed,
+	}
+	if err := policy.ValidateSampling(s.Sampling); err != nil {
+		return schema.RunSpec{}, &usageError{err}
+	}
+	b, err := f.branching()
+	if err != nil {
+		return schema.RunSpec{}, err
+	}
+	s.Branching = b
+	return s, nil
+}
+
+// endpointFlags say where models are served — all a process that plays
+// jobs knows of policies (worker, up, localize).
+type endpointFlags struct {
+	baseURL, keyEnv, replayDir string
+	endpoints                  []string
+	timeout                    time.Duration
+}
+
+func (f *endpointFlags) bind(cmd *cobra.Command) {
+	fs := cmd.Flags()
+	fs.StringVar(&f.baseURL, "base-url", envOr("A2FARM_BASE_URL", ""), "OpenAI-compatible API root serving any model name a job asks for, e.g. http://gpu-1:8000/v1 (env A2FARM_BASE_URL)")
+	fs.StringArrayVar(&f.endpoints, "endpoint", nil, "MODEL=URL: the server of one model or adapter (repeatable; wins over --base-url)")
+	fs.StringVar(&f.keyEnv, "api-key-env", "OPENAI_API_KEY", "environment variable holding the API key")
+	fs.DurationVar(&f.timeout, "request-timeout", 2*time.Minute, "timeout of one policy request (retried with backoff on 429/5xx)")
+	fs.StringVar(&f.replayDir, "replay", "", "trajectories folder that serves the replay policy")
+}
+
+// registry builds the policies this process can play.
+func (f *endpointFlags) registry() (*policy.Registry, error) {
+	cfg := policy.RegistryConfig{Endpoints: policy.EndpointConfig{BaseURL: f.baseURL, APIKey: os.Getenv(f.keyEnv),
+		RequestTimeout: f.timeout, Models: map[string]string{}}}
+	for _, e := range f.endpoints {
+		model, url, ok := strings.Cut(e, "=")
+		if !ok || model == "" || url == "" {
+			return nil, usagef("--endpoint %q: want MODEL=URL", policy.RedactURL(e))
+		}
+		if _, dup := cfg.Endpoints.Models[model]; dup {
+			return nil, usagef("--endpoint: model %q is given twice", model)
+		}
+		cfg.Endpoints.Models[model] = url
+	}
+	if f.replayDir != "" {
+		r, err := policy.LoadReplay(f.replayDir)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Replay = r
+	}
+	reg, err := policy.NewRegistry(cfg)
+	if err != nil {
+		return nil, &usageError{err}
+	}
+	return reg, nil
+}
+
+// servable checks, before any work, that this process can play the run.
+func servable(reg *policy.Registry, spec schema.RunSpec) error {
+	_, err := reg.Model(spec.Job("check", 0, schema.Instance{InstanceID: "check"}, 0))
+	if errors.Is(err, policy.ErrUnservable) {
+		hint := ""
+		switch spec.Policy.Kind {
+		case schema.PolicyOpenAI:
+			hint = " (give --base-url or --endpoint MODEL=URL)"
+		case schema.PolicyReplay:
+			hint = " (give --replay DIR)"
+		}
+		return usagef("%v%s", err, hint)
+	}
+	if err != nil {
+		return fmt.Errorf("policy: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,126 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/a2farm/a2farm/coordinator/dataset"
+	"github.com/a2farm/a2farm/internal/gitrepo"
+	"github.com/a2farm/a2farm/schema"
+	"github.com/a2farm/a2farm/worker/codegraph"
+	"github.com/a2farm/a2farm/worker/codesearch"
+)
+
+func newIndexSearchEvalCmd(e *env) *cobra.Command {
+	var datasetPath, goldPath, reposDir string
+	var k int
+	cmd := &cobra.Command{
+		Use:   "search-eval --dataset FILE --repos DIR [--gold GT.jsonl] [--k 10]",
+		Short: "Measure code-chunk retrieval: top-k file recall of each engine with the problem statement as query",
+		Long: `search-eval builds the code-chunk index of every instance's snapshot, queries it
+with the problem statement, and reports the share of gold files among the files of
+the top-k chunks, for textbook BM25 (bm25) and bleve's bm25 scoring (bleve) over the
+same tokens. Gold comes from --gold, or from file_changes in the dataset rows.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if datasetPath == "" || reposDir == "" {
+				return usagef("--dataset and --repos are required")
+			}
+			if goldPath == "" {
+				goldPath = datasetPath
+			}
+			golds, err := readGoldFiles(goldPath)
+			if err != nil {
+				return err
+			}
+			repos := gitrepo.NewSet(reposDir)
+			defer repos.Close()
+			ds, err := dataset.Load(cmd.Context(), datasetPath, dataset.Options{Repos: repos})
+			if err != nil {
+				return err
+			}
+			engines := []string{codesearch.EngineBM25, codesearch.EngineBleve}
+			sums := map[string]codesearch.RetrievalScore{}
+			n := 0
+			tw := tabwriter.NewWriter(e.stdout, 2, 4, 2, ' ', 0)
+			fmt.Fprintf(tw, "INSTANCE\tCHUNKS\tGOLD FILES\t%[1]s recall@%[3]d\t%[1]s MRR\t%[2]s recall@%[3]d\t%[2]s MRR\n", engines[0], engines[1], k)
+			for _, inst := range ds.Instances {
+				gold := golds[inst.InstanceID]
+				if len(gold) == 0 {
+					continue
+				}
+				snap, err := repos.At(inst.Repo, inst.BaseCommit)
+				if err != nil {
+					return err
+				}
+				src, err := codegraph.LoadSnapshot(cmd.Context(), e.languages, inst.Repo, snap)
+				if err != nil {
+					return err
+				}
+				parsed, err := codegraph.ParseAll(cmd.Context(), e.languages, src.Files)
+				if err != nil {
+					return err
+				}
+				ci := codesearch.BuildChunkIndex(e.languages, src.Files, parsed, true)
+				dir, err := os.MkdirTemp("", "a2farm-bleve")
+				if err != nil {
+					return err
+				}
+				err = ci.BuildBleve(dir)
+				if err == nil {
+					fmt.Fprintf(tw, "%s\t%d\t%d", inst.InstanceID, len(ci.Chunks), len(gold))
+					for _, eng := range engines {
+						r, rerr := ci.ScoreRetrieval(eng, inst.ProblemStatement, gold, k)
+						if rerr != nil {
+							err = rerr
+							break
+						}
+						sum := sums[eng]
+						sum.Recall += r.Recall
+						sum.RR += r.RR
+						sums[eng] = sum
+						fmt.Fprintf(tw, "\t%.3f\t%.3f", r.Recall, r.RR)
+					}
+					fmt.Fprintln(tw)
+				}
+				ci.Close()
+				os.RemoveAll(dir)
+				if err != nil {
+					return err
+				}
+				n++
+			}
+			if n == 0 {
+				return fmt.Errorf("no instance of %s has gold files", datasetPath)
+			}
+			fmt.Fprintf(tw, "MEAN (%d)\t\t", n)
+			for _, eng := range engines {
+				fmt.Fprintf(tw, "\t%.3f\t%.3f", sums[eng].Recall/float64(n), sums[eng].RR/float64(n))
+			}
+			fmt.Fprintln(tw)
+			return tw.Flush()
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&datasetPath, "dataset", "", "dataset JSONL")
+	f.StringVar(&goldPath, "gold", "", "gt_location.jsonl (default: file_changes of the dataset rows)")
+	f.StringVar(&reposDir, "repos", envOr("A2FARM_REPOS", ""), "folder of git repositories named owner__name")
+	f.IntVar(&k, "k", 10, "chunks retrieved per query")
+	return cmd
+}
+
+// readGoldFiles maps instance ids to their gold files.
+func readGoldFiles(path string) (map[string][]string, error) {
+	golds, err := readFile(path, schema.ReadGold)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string][]string, len(golds))
+	for _, g := range golds {
+		out[g.InstanceID] = g.Locations().Files
+	}
+	return out, nil
+}

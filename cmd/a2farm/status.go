@@ -1,0 +1,193 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/a2farm/a2farm/coordinator"
+	"github.com/a2farm/a2farm/coordinator/statuspage"
+	"github.com/a2farm/a2farm/internal/bus"
+)
+
+func newStatusCmd(e *env) *cobra.Command {
+	var nf natsFlags
+	var runID string
+	var watch time.Duration
+	var asJSON bool
+	var until, httpAddr string
+	cmd := &cobra.Command{
+		Use:   "status [--run ID] [--watch 5s] [--json] [--until answered|sharded] [--http ADDR]",
+		Short: "Show queue depth, live workers and the progress of each run",
+		Long: `status prints the farm's state: the job queue, live workers and their load, each run's
+progress and ETA, and the learner's backlog. --watch repeats it; --until waits for a run.
+
+--http ADDR serves the same as a live page that refreshes itself, with the queue depth over
+the last hour, until interrupted. It is read-only and binds to loopback when ADDR has no host
+(:8090); give 0.0.0.0:8090 to expose it.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			if watch < 0 {
+				return usagef("--watch must be a positive interval")
+			}
+			switch until {
+			case "":
+			case "answered", "sharded":
+				if runID == "" {
+					return usagef("--until needs --run")
+				}
+				if watch == 0 {
+					watch = 2 * time.Second
+				}
+			default:
+				return usagef("--until %q: want answered or sharded", until)
+			}
+			if httpAddr != "" {
+				if _, err := statuspage.ListenAddr(httpAddr); err != nil {
+					return &usageError{err}
+				}
+			}
+			nc, b, err := nf.attach(ctx, "status")
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			if httpAddr != "" {
+				serve, err := statusPage(e, httpAddr, b, runID)
+				if err != nil {
+					return err
+				}
+				return serve(ctx)
+			}
+			for {
+				st, err := coordinator.Status(ctx, b, runID, time.Now())
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					if err := json.NewEncoder(e.stdout).Encode(st); err != nil {
+						return err
+					}
+				} else {
+					printStatus(e.stdout, st)
+				}
+				if watch == 0 || until != "" && reached(st, until) {
+					return nil
+				}
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-time.After(watch):
+				}
+				if !asJSON {
+					fmt.Fprintln(e.stdout)
+				}
+			}
+		},
+	}
+	nf.bindConnection(cmd)
+	cmd.Flags().StringVar(&runID, "run", "", "show only this run")
+	cmd.Flags().DurationVar(&watch, "watch", 0, "repeat every interval until interrupted")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "one JSON object per report")
+	cmd.Flags().StringVar(&httpAddr, "http", "", "serve a live status page on this address (loopback unless a host is given) until interrupted")
+	cmd.Flags().StringVar(&until, "until", "", "with --run: report until every job has a trajectory (answered) or every group its shard (sharded), then exit 0")
+	return cmd
+}
+
+// statusPage binds the live page's address at once (a bad or busy one
+// fails before anything starts) and returns the function that serves the
+// farm behind b there until ctx ends.
+func statusPage(e *env, addr string, b *bus.Bus, runID string) (serve func(context.Context) error, err error) {
+	ln, err := statuspage.Listen(addr)
+	if err != nil {
+		return nil, &usageError{err}
+	}
+	fmt.Fprintf(e.stdout, "status page at %s\n", statuspage.URL(ln))
+	cfg := statuspage.Config{Log: e.log, Status: func(ctx context.Context, now time.Time) (*coordinator.FarmStatus, error) {
+		return coordinator.Status(ctx, b, runID, now)
+	}}
+	return func(ctx context.Context) error { return statuspage.Serve(ctx, ln, cfg) }, nil
+}
+
+// reached reports whether every run shown is answered or sharded.
+func reached(st *coordinator.FarmStatus, until string) bool {
+	for _, r := range st.Runs {
+		if r.Accounted < r.Expected || until == "sharded" && r.Sharded < r.Groups {
+			return false
+		}
+	}
+	return len(st.Runs) > 0
+}
+
+func printStatus(w io.Writer, st *coordinator.FarmStatus) {
+	capacity, active := 0, 0
+	for _, hb := range st.Workers {
+		capacity += hb.Capacity
+		active += hb.Active
+	}
+	fmt.Fprintf(w, "%s  queue: %d pending, %d in flight, %d redelivered; workers: %d live, %d/%d episodes running\n",
+		st.At.Format(time.RFC3339), st.Pending, st.InFlight, st.Redelivered, len(st.Workers), active, capacity)
+	switch l := st.Learner; {
+	case !l.Started:
+		fmt.Fprintln(w, "learner: not started yet")
+	case l.Active:
+		fmt.Fprintf(w, "learner: receiving since %s; %d trajectories waiting, %d being archived\n",
+			l.Since.Local().Format(time.TimeOnly), l.Backlog, l.Unacked)
+	case l.Backlog > 0:
+		fmt.Fprintf(w, "learner: none receiving; %d trajectories waiting (is a learner running?)\n", l.Backlog)
+	default:
+		fmt.Fprintln(w, "learner: nothing waiting")
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	if len(st.Workers) > 0 {
+		fmt.Fprintln(tw, "WORKER\tHOST\tACTIVE\tDONE\tPOLICIES\tVERSION\tLAST SEEN")
+		for _, hb := range st.Workers {
+			active := fmt.Sprintf("%d/%d", hb.Active, hb.Capacity)
+			if slices.Contains(st.Silent, hb.ID) {
+				active = "silent" // its last report is stale: it stopped or lost the server
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s ago\n", hb.ID, hb.Host, active, hb.Done,
+				strings.Join(hb.Policies, ","), hb.Version, st.At.Sub(hb.Updated).Round(time.Second))
+		}
+	}
+	if len(st.Runs) > 0 {
+		fmt.Fprintln(tw, "RUN\tITERATION\tDONE\tDEAD\tSHARDED\tPER MIN\tETA\tCREATED")
+		for _, r := range st.Runs {
+			eta := "-"
+			if r.ETA > 0 {
+				eta = r.ETA.Round(time.Second).String()
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%d/%d\t%d\t%d/%d\t%.1f\t%s\t%s\n", r.RunID, r.Iteration, r.Accounted, r.Expected, r.Dead,
+				r.Sharded, r.Groups, r.PerMinute, eta, r.Created.Format(time.RFC3339))
+		}
+	}
+	tw.Flush()
+	for _, f := range st.FailingShards {
+		fmt.Fprintf(w, "shard missing: %s/%d/%s failed %d times (retried %s): %s\n", f.Run, f.Iteration, f.Instance,
+			f.Failures, f.NextRetry.Local().Format(time.TimeOnly), f.Error)
+	}
+	for _, hb := range st.Workers {
+		if len(hb.Lacks) > 0 {
+			fmt.Fprintf(w, "worker %s lacks (passes their jobs on): %s\n", hb.ID, strings.Join(hb.Lacks, ", "))
+		}
+	}
+	for _, r := range st.Runs {
+		reasons := slices.Sorted(maps.Keys(r.DeadReasons))
+		for _, why := range reasons {
+			text := why
+			if text == "" {
+				text = "ran out of deliveries"
+			}
+			fmt.Fprintf(w, "run %s: %d dead (requeue with `a2farm jobs retry`): %s\n", r.RunID, r.DeadReasons[why], text)
+		}
+	}
+}

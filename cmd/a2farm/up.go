@@ -1,0 +1,356 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/cobra"
+
+	"github.com/a2farm/a2farm/coordinator"
+	"github.com/a2farm/a2farm/internal/bus"
+	"github.com/a2farm/a2farm/internal/embednats"
+	"github.com/a2farm/a2farm/internal/gitrepo"
+	"github.com/a2farm/a2farm/internal/gold"
+	"github.com/a2farm/a2farm/internal/sample"
+	"github.com/a2farm/a2farm/learner"
+	"github.com/a2farm/a2farm/learner/metrics"
+	runreport "github.com/a2farm/a2farm/learner/report"
+	"github.com/a2farm/a2farm/schema"
+	"github.com/a2farm/a2farm/worker"
+	"github.com/a2farm/a2farm/worker/policy"
+	"github.com/a2farm/a2farm/worker/repoindex"
+)
+
+// upOptions are up's flags.
+type upOptions struct {
+	out, datasetPath, reposDir, runID string
+	httpAddr                          string
+	samples, workers, concurrency     int
+	localIndexes                      bool
+	run                               runFlags
+	endpoints                         endpointFlags
+	cache                             cacheFlags
+	metrics                           metricsFlags
+	learn                             learnFlags
+}
+
+func newUpCmd(e *env) *cobra.Command {
+	var o upOptions
+	cmd := &cobra.Command{
+		Use:   "up [--dataset FILE --repos DIR] [--samples N] [--workers W] --out DIR",
+		Short: "Run the whole farm in one process: embedded NATS, coordinator, workers and learner",
+		Long: `up starts an embedded JetStream server (stored under DIR/nats), publishes
+issue × N jobs for the dataset (the built-in sample when --dataset is not given), runs
+--workers workers and the learner, waits until every job has a trajectory and every
+group its shard, prints the evaluation table and writes the run's report to
+DIR/report.html. Shards land in DIR/learner/shards, the trajectory archive in
+DIR/learner/archive. --http ADDR serves the live status page while the farm runs, and
+after it until interrupted.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runUp(cmd.Context(), e, &o) },
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.out, "out", "", "folder for the run (NATS store, archive, shards)")
+	f.StringVar(&o.datasetPath, "dataset", "", "dataset (default: the built-in sample)")
+	f.StringVar(&o.reposDir, "repos", envOr("A2FARM_REPOS", ""), "repositories for --dataset")
+	f.StringVar(&o.runID, "run", "", "run id (default up-<time>)")
+	f.StringVar(&o.httpAddr, "http", "", "serve the live status page on this address (loopback unless a host is given); up then waits for an interrupt")
+	f.IntVar(&o.samples, "samples", 4, "rollouts per instance")
+	f.IntVar(&o.workers, "workers", 2, "workers in this process")
+	f.IntVar(&o.concurrency, "concurrency", 8, "episodes in flight per worker")
+	f.BoolVar(&o.localIndexes, "local-indexes", false, "every worker builds its own indexes instead of sharing them through the farm's store")
+	o.run.bind(cmd, "heuristic")
+	o.endpoints.bind(cmd)
+	o.metrics.bind(cmd)
+	o.cache.bind(cmd)
+	o.learn.bind(cmd, e)
+	return cmd
+}
+
+// upPlan is what up checked and decided before starting anything.
+type upPlan struct {
+	spec     schema.RunSpec
+	policies *policy.Registry
+	index    repoindex.BuildOptions
+	learn    learner.Config
+}
+
+func (o *upOptions) plan(e *env) (*upPlan, error) {
+	if o.out == "" {
+		return nil, usagef("--out is required")
+	}
+	if o.samples < 1 || o.workers < 1 || o.concurrency < 1 {
+		return nil, usagef("--samples, --workers and --concurrency must be >= 1")
+	}
+	if o.datasetPath != "" && o.reposDir == "" {
+		return nil, usagef("--dataset needs --repos")
+	}
+	var p upPlan
+	var err error
+	if p.spec, err = o.run.spec(); err != nil {
+		return nil, err
+	}
+	if p.policies, err = o.endpoints.registry(); err != nil {
+		return nil, err
+	}
+	if err := servable(p.policies, p.spec); err != nil {
+		return nil, err
+	}
+	if p.index, err = o.cache.options(e.languages); err != nil {
+		return nil, err
+	}
+	if p.learn, err = o.learn.config(); err != nil {
+		return nil, err
+	}
+	if o.runID == "" {
+		o.runID = "up-" + time.Now().UTC().Format("20060102-150405")
+	}
+	return &p, nil
+}
+
+// runUp runs a whole farm in this process: an embedded NATS server, the
+// coordinator's publish, workers and the learner, until every job has a
+// trajectory and every group its shard; then it scores the run.
+func runUp(ctx context.Context, e *env, o *upOptions) error {
+	p, err := o.plan(e)
+	if err != nil {
+		return err
+	}
+	if o.datasetPath == "" {
+		if o.datasetPath, o.reposDir, err = writeSample(filepath.Join(o.out, "sample")); err != nil {
+			return err
+		}
+	}
+	ns, err := embednats.Start(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true,
+		StoreDir: filepath.Join(o.out, "nats"), NoLog: true})
+	if err != nil {
+		return err
+	}
+	defer embednats.Stop(ns)
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	b, err := bus.Open(ctx, js, bus.DefaultConfig())
+	if err != nil {
+		return err
+	}
+	instruments, stopMetrics, err := o.metrics.start(ctx, e, nc, b)
+	if err != nil {
+		return err
+	}
+	defer stopMetrics()
+	stopPage, err := o.startStatusPage(ctx, e, b)
+	if err != nil {
+		return err
+	}
+	defer stopPage()
+
+	report, err := coordinator.RunGold(ctx, coordinator.GoldConfig{Dataset: o.datasetPath, ReposDir: o.reposDir,
+		Languages: e.languages, MaxEditFiles: gold.DefaultMaxEditFiles, Log: e.log})
+	if err != nil {
+		return err
+	}
+	pub, err := coordinator.Publish(ctx, coordinator.RunConfig{Bus: b, RunID: o.runID, Instances: report.Instances,
+		Gold: report.Locations(), Samples: o.samples, Spec: p.spec})
+	if err != nil {
+		return err
+	}
+	e.log.Info().Str("run", o.runID).Int("jobs", pub.Queued).Msg("jobs published")
+
+	repos := gitrepo.NewSet(o.reposDir)
+	defer repos.Close()
+	learnerOut := filepath.Join(o.out, "learner")
+	roles := startRoles(ctx, o.workers, func(ctx context.Context, i int) error {
+		return worker.Run(ctx, worker.Config{Bus: b, Repos: repos, Policies: p.policies, Index: p.index,
+			Concurrency: o.concurrency, LocalIndexes: o.localIndexes, WorkerID: fmt.Sprintf("up-%d", i), Version: version(), Log: e.log,
+			OnTrajectory: instruments.ObserveTrajectory, OnIndex: instruments.IndexReady})
+	}, func(ctx context.Context, closed func()) error {
+		return learner.Serve(ctx, learner.ServiceConfig{Bus: b, Out: learnerOut, Learner: p.learn, Log: e.log,
+			OnGroupClosed: func(_ string, _ int64, _ string, _, rows int) {
+				instruments.GroupClosed(rows)
+				closed()
+			}})
+	})
+	defer roles.stop()
+	if err := waitUp(ctx, e, b, pub.Manifest, report.Instances, roles); err != nil {
+		return err
+	}
+	roles.stop()
+	// The archive is read once: for the table printed here and the report.
+	src, err := runreport.Load(o.out)
+	if err != nil {
+		return err
+	}
+	if err := scoreUp(e, o.runID, learnerOut, report, src.Trajectories); err != nil {
+		return err
+	}
+	path, err := writeReport(e, []*runreport.Source{src}, runreport.Options{Learner: p.learn, Languages: e.languages}, "", "")
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "report written: %s\n", path)
+	if o.httpAddr != "" {
+		fmt.Fprintln(e.stdout, "the run is done; the status page stays up until interrupted")
+		<-ctx.Done()
+	}
+	return nil
+}
+
+// startStatusPage serves the live page when --http is set; stop ends it
+// and waits for it.
+func (o *upOptions) startStatusPage(ctx context.Context, e *env, b *bus.Bus) (stop func(), err error) {
+	if o.httpAddr == "" {
+		return func() {}, nil
+	}
+	serve, err := statusPage(e, o.httpAddr, b, o.runID)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- serve(ctx) }()
+	return func() {
+		cancel()
+		if err := <-done; err != nil {
+			e.log.Warn().Err(err).Msg("status page")
+		}
+	}, nil
+}
+
+// writeSample writes the built-in sample (dataset and repositories) into
+// dir, afresh.
+func writeSample(dir string) (datasetPath, reposDir string, err error) {
+	if err := os.RemoveAll(dir); err != nil {
+		return "", "", err
+	}
+	l, err := sample.Write(dir)
+	if err != nil {
+		return "", "", err
+	}
+	return l.Dataset, l.ReposDir, nil
+}
+
+// upRoles are the workers and the learner that up runs in goroutines.
+type upRoles struct {
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	errs   chan error
+	closed atomic.Int64 // groups the learner has sharded
+	once   sync.Once
+}
+
+func startRoles(ctx context.Context, workers int, work func(context.Context, int) error, learn func(context.Context, func()) error) *upRoles {
+	ctx, cancel := context.WithCancel(ctx)
+	r := &upRoles{cancel: cancel, errs: make(chan error, workers+1)}
+	run := func(f func() error) {
+		r.wg.Add(1)
+		go func() {
+			defer r.wg.Done()
+			if err := f(); err != nil {
+				r.errs <- err
+			}
+		}()
+	}
+	for i := range workers {
+		run(func() error { return work(ctx, i) })
+	}
+	run(func() error { return learn(ctx, func() { r.closed.Add(1) }) })
+	return r
+}
+
+// stop cancels the roles and waits for them (two-phase stop inside each).
+func (r *upRoles) stop() {
+	r.once.Do(func() {
+		r.cancel()
+		r.wg.Wait()
+	})
+}
+
+// waitUp shows progress until every expected job (branches included) has
+// a trajectory and every group a shard, or a role fails. The run's
+// branches are planned and published here, as the coordinator does.
+func waitUp(ctx context.Context, e *env, b *bus.Bus, m *schema.RunManifest, instances []schema.Instance, roles *upRoles) error {
+	report, finish := e.progress("rollouts")
+	defer finish()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	answered := make(chan error, 1)
+	go func() {
+		answered <- coordinator.Wait(ctx, b, m, coordinator.WaitOptions{Instances: instances, Progress: report,
+			OnError: func(err error) { e.log.Warn().Err(err).Msg("following the run") }})
+	}()
+	done := false
+	for {
+		select {
+		case err := <-answered:
+			if err != nil {
+				return err
+			}
+			done = true
+		case err := <-roles.errs:
+			return err
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+		if done && roles.closed.Load() >= int64(len(instances)) {
+			return nil
+		}
+	}
+}
+
+// scoreUp evaluates the run's archived trajectories against its gold and
+// prints the table.
+func scoreUp(e *env, runID, learnerOut string, report *coordinator.GoldReport, archived []schema.Trajectory) error {
+	// The policy is scored on its base samples: a branch's answer is
+	// conditioned on a prefix it did not choose.
+	var trs []schema.Trajectory
+	branches, branchTurns := 0, 0
+	for _, tr := range archived {
+		switch {
+		case tr.RunID != runID || tr.Iteration != 0:
+		case tr.Fork.IsBranch():
+			branches++
+			branchTurns += len(tr.Turns) - tr.OwnTurns()
+		default:
+			trs = append(trs, tr)
+		}
+	}
+	golds := make([]schema.Gold, len(report.Rows))
+	for i, r := range report.Rows {
+		golds[i] = r.Gold
+	}
+	var preds []schema.LocOutput
+	for _, tr := range trs {
+		preds = append(preds, schema.LocOutput{InstanceID: tr.InstanceID, Sample: tr.Sample,
+			Files: tr.Predictions.Files, Modules: tr.Predictions.Modules, Entities: tr.Predictions.Entities})
+	}
+	rep, err := metrics.Evaluate(preds, golds, metrics.EvalOptions{Languages: e.languages})
+	if err != nil {
+		return err
+	}
+	for k, v := range metrics.TrajectoryStats(trs, golds, e.languages) {
+		rep.Overall[k] = v
+	}
+	printReport(e, rep)
+	fmt.Fprintf(e.stdout, "\nrun %s: %d trajectories archived in %s, shards in %s\n", runID, len(trs)+branches,
+		filepath.Join(learnerOut, "archive"), filepath.Join(learnerOut, "shards"))
+	if branches > 0 {
+		fmt.Fprintf(e.stdout, "  scored above: the %d base samples; %d branches played %d turns of their own\n", len(trs), branches, branchTurns)
+	}
+	return nil
+}
