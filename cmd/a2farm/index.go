@@ -45,7 +45,8 @@ func newIndexBuildCmd(e *env) *cobra.Command {
 			}
 			fmt.Fprintf(e.stdout, "%s@%s (%s)\n", idx.Repo, idx.Commit, how)
 			fmt.Fprintf(e.stdout, "  graph    %d nodes, %d edges\n", len(idx.Graph.Nodes), len(idx.Graph.Edges))
-			fmt.Fprintf(e.stdout, "  commits  %d\n", len(idx.Commits.Commits))
+			fmt.Fprintf(e.stdout, "  commits  %d (%d read from git, %d diffed; the rest from the repository's store)\n",
+				len(idx.Commits.Commits), idx.History.FromGit, idx.History.Diffed)
 			fmt.Fprintf(e.stdout, "  chunks   %d (%s)\n", len(idx.Chunks.Chunks), idx.Engine)
 			for _, t := range idx.Timings {
 				fmt.Fprintf(e.stdout, "  %-8s %s\n", t.Part, t.Duration.Round(time.Millisecond))

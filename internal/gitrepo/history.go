@@ -4,103 +4,86 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"slices"
 	"strings"
 	"time"
 
-	"github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/object"
 )
 
-// CommitInfo is one commit of a history walk.
-type CommitInfo struct {
-	SHA        string
-	Message    string
+// CommitHeader is what a history needs of a commit object.
+type CommitHeader struct {
+	SHA     string
+	Tree    string
+	Parents []string
+	// CommitTime orders a walk, as `git log` does (committer time).
+	CommitTime time.Time
 	AuthorDate time.Time // in the author's time zone
-	// Files changed relative to the first parent, sorted; empty for merge
-	// commits, as `git log --name-only` shows them.
-	Files []string
+	Message    string
 }
 
-// KnownFiles returns the changed files of a commit computed earlier, so a
-// history walk skips the tree diff; nil disables the lookup.
-type KnownFiles func(sha string) ([]string, bool)
-
-// History returns up to limit commits reachable from rev (rev included),
-// newest first by committer time, like `git log rev`. Commits after rev
-// never appear.
-func (r *Repo) History(ctx context.Context, rev string, limit int, known KnownFiles) ([]CommitInfo, error) {
+// Resolve turns a revision (a full or short id, a branch, HEAD) into a full
+// commit id.
+func (r *Repo) Resolve(rev string) (string, error) {
+	if fullID(rev) {
+		return strings.ToLower(rev), nil
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	hash, err := r.repo.ResolveRevision(plumbing.Revision(rev))
 	if err != nil {
-		return nil, fmt.Errorf("commit %s: %w", rev, ErrNotFound)
+		return "", fmt.Errorf("commit %s: %w", rev, ErrNotFound)
 	}
-	iter, err := r.repo.Log(&git.LogOptions{From: *hash, Order: git.LogOrderCommitterTime})
+	return hash.String(), nil
+}
+
+// ReadCommit reads the header of one commit object.
+func (r *Repo) ReadCommit(sha string) (CommitHeader, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c, err := r.repo.CommitObject(plumbing.NewHash(sha))
 	if err != nil {
-		return nil, fmt.Errorf("log %s: %w", rev, err)
+		return CommitHeader{}, fmt.Errorf("commit %s: %w", sha, errors.Join(ErrNotFound, err))
 	}
-	defer iter.Close()
-	var out []CommitInfo
-	for len(out) < limit {
+	h := CommitHeader{SHA: c.Hash.String(), Tree: c.TreeHash.String(), CommitTime: c.Committer.When,
+		AuthorDate: c.Author.When, Message: c.Message}
+	for _, p := range c.ParentHashes {
+		h.Parents = append(h.Parents, p.String())
+	}
+	return h, nil
+}
+
+// TreePair names the trees of one commit and of its first parent ("" for
+// a root commit, whose every file is new).
+type TreePair struct{ Parent, Tree string }
+
+// ChangedFiles returns, for each pair, the files that differ between the
+// parent's tree and the commit's, sorted, as `git log --name-only` lists
+// them (no rename detection; a mode change counts). Pairs given newest
+// first, as a history walk meets them, share most trees: the raw trees are
+// cached across the batch, within a bound.
+func (r *Repo) ChangedFiles(ctx context.Context, pairs []TreePair) ([][]string, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	d := newTreeDiffer(r)
+	out := make([][]string, len(pairs))
+	for i, p := range pairs {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		c, err := iter.Next()
-		if errors.Is(err, io.EOF) {
-			break
+		var from plumbing.Hash
+		if p.Parent != "" {
+			from = plumbing.NewHash(p.Parent)
 		}
+		files, err := d.changed(from, plumbing.NewHash(p.Tree), nil)
 		if err != nil {
-			return nil, fmt.Errorf("log %s: %w", rev, err)
+			return nil, err
 		}
-		files, ok := []string(nil), false
-		if known != nil {
-			files, ok = known(c.Hash.String())
-		}
-		if !ok {
-			if files, err = changedFiles(ctx, c); err != nil {
-				return nil, fmt.Errorf("files of %s: %w", c.Hash, err)
-			}
-		}
-		out = append(out, CommitInfo{SHA: c.Hash.String(), Message: c.Message, AuthorDate: c.Author.When, Files: files})
+		slices.Sort(files)
+		out[i] = slices.Compact(files)
 	}
 	return out, nil
-}
-
-func changedFiles(ctx context.Context, c *object.Commit) ([]string, error) {
-	if c.NumParents() > 1 {
-		return nil, nil
-	}
-	tree, err := c.Tree()
-	if err != nil {
-		return nil, err
-	}
-	var parentTree *object.Tree
-	if c.NumParents() == 1 {
-		parent, err := c.Parent(0)
-		if err != nil {
-			return nil, err
-		}
-		if parentTree, err = parent.Tree(); err != nil {
-			return nil, err
-		}
-	}
-	changes, err := object.DiffTreeWithOptions(ctx, parentTree, tree, nil)
-	if err != nil {
-		return nil, err
-	}
-	files := make([]string, 0, len(changes))
-	for _, ch := range changes {
-		name := ch.To.Name
-		if name == "" {
-			name = ch.From.Name
-		}
-		files = append(files, name)
-	}
-	slices.Sort(files)
-	return slices.Compact(files), nil
 }
 
 // ShowPatch returns the first maxLines lines of a commit's diff stat and

@@ -40,30 +40,50 @@ func Init(dir string) (*Repo, error) {
 }
 
 // Change describes one commit: files to write (path -> content), paths
-// to delete, and symbolic links to create (path -> target).
+// to delete, symbolic links to create (path -> target) and files to make
+// executable (written or already there).
 type Change struct {
-	Message  string
-	Write    map[string]string
-	Delete   []string
-	Symlinks map[string]string
+	Message    string
+	Write      map[string]string
+	Delete     []string
+	Symlinks   map[string]string
+	Executable []string
+	// When is the commit's author and committer time; zero: a minute after
+	// the builder's previous commit.
+	When time.Time
 }
 
-// symlinkPrefix marks a symlink in the builder's file map (no real file
-// content starts with a NUL byte).
-const symlinkPrefix = "\x00symlink:"
+// symlinkPrefix and execPrefix mark a symlink and an executable file in the
+// builder's file map (no real file content starts with a NUL byte).
+const (
+	symlinkPrefix = "\x00symlink:"
+	execPrefix    = "\x00exec:"
+)
 
 // Commit creates a commit whose parent is parent ("" for a root commit)
 // and returns its id. Branch names are not touched; see SetBranch.
 func (r *Repo) Commit(parent string, ch Change) (string, error) {
+	var parents []string
+	if parent != "" {
+		parents = []string{parent}
+	}
+	return r.Merge(parents, ch)
+}
+
+// Merge creates a commit with the given parents (none: a root commit);
+// the change applies to the files of the first parent.
+func (r *Repo) Merge(parentIDs []string, ch Change) (string, error) {
 	files := map[string]string{}
 	var parents []plumbing.Hash
-	if parent != "" {
+	for i, parent := range parentIDs {
 		prev, ok := r.files[parent]
 		if !ok {
 			return "", fmt.Errorf("commit %s was not made by this builder", parent)
 		}
-		maps.Copy(files, prev)
-		parents = []plumbing.Hash{plumbing.NewHash(parent)}
+		if i == 0 {
+			maps.Copy(files, prev)
+		}
+		parents = append(parents, plumbing.NewHash(parent))
 	}
 	for _, p := range ch.Delete {
 		if _, ok := files[p]; !ok {
@@ -80,11 +100,23 @@ func (r *Repo) Commit(parent string, ch Change) (string, error) {
 	for p, target := range ch.Symlinks {
 		files[p] = symlinkPrefix + target
 	}
+	for _, p := range ch.Executable {
+		content, ok := files[p]
+		if !ok {
+			return "", fmt.Errorf("executable %s: no such file", p)
+		}
+		if !strings.HasPrefix(content, execPrefix) {
+			files[p] = execPrefix + content
+		}
+	}
 	tree, err := r.writeTree(files, "")
 	if err != nil {
 		return "", err
 	}
-	when := epoch.Add(time.Duration(r.count) * time.Minute)
+	when := ch.When
+	if when.IsZero() {
+		when = epoch.Add(time.Duration(r.count) * time.Minute)
+	}
 	r.count++
 	sig := object.Signature{Name: "a2farm fixture", Email: "fixture@a2farm.invalid", When: when}
 	c := &object.Commit{
@@ -155,6 +187,8 @@ func (r *Repo) writeTree(files map[string]string, dir string) (plumbing.Hash, er
 		mode := filemode.Regular
 		if target, ok := strings.CutPrefix(content, symlinkPrefix); ok {
 			mode, content = filemode.Symlink, target // a link's blob is its target
+		} else if body, ok := strings.CutPrefix(content, execPrefix); ok {
+			mode, content = filemode.Executable, body
 		}
 		blob := r.repo.Storer.NewEncodedObject()
 		blob.SetType(plumbing.BlobObject)

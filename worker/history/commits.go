@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"regexp"
-	"strings"
 	"sync"
 
 	"github.com/a2farm/a2farm/internal/gitrepo"
@@ -42,11 +41,6 @@ type CommitIndex struct {
 	patches map[string]patchExcerpt // memo: rollouts of one issue repeat queries
 }
 
-// FromCommits is the index of commits read before (from a cache) of repo.
-func FromCommits(repo *gitrepo.Repo, commits []Commit) *CommitIndex {
-	return &CommitIndex{Commits: commits, repo: repo}
-}
-
 type patchExcerpt struct {
 	text  string
 	total int
@@ -70,28 +64,17 @@ func IssueRefs(text string) []string {
 	return out
 }
 
-// BuildCommitIndex walks up to MaxCommits ancestors of commit. Messages are
-// taken from commit objects, so multi-paragraph messages are kept whole
-// (the reference splits `git log` output on blank lines and loses them).
-func BuildCommitIndex(ctx context.Context, repo *gitrepo.Repo, commit string, known gitrepo.KnownFiles) (*CommitIndex, error) {
-	hist, err := repo.History(ctx, commit, MaxCommits, known)
+// BuildCommitIndex is the history of the snapshot at commit (a full id):
+// up to MaxCommits ancestors, derived from the repository's store, which
+// reads from git only what it lacks. Messages are taken from commit
+// objects, so multi-paragraph messages are kept whole (the reference splits
+// `git log` output on blank lines and loses them).
+func BuildCommitIndex(ctx context.Context, repo *gitrepo.Repo, commit string, store *Store) (*CommitIndex, ViewStats, error) {
+	commits, st, err := store.View(ctx, repo, commit, MaxCommits)
 	if err != nil {
-		return nil, err
+		return nil, st, err
 	}
-	ci := &CommitIndex{repo: repo, Commits: make([]Commit, 0, len(hist))}
-	for _, h := range hist {
-		msg := strings.TrimRight(h.Message, "\n")
-		subject, _, _ := strings.Cut(msg, "\n")
-		ci.Commits = append(ci.Commits, Commit{
-			SHA:     h.SHA,
-			Subject: strings.TrimSpace(subject),
-			Message: msg,
-			Date:    h.AuthorDate.Format("2006-01-02T15:04:05-07:00"),
-			Files:   h.Files,
-			Issues:  IssueRefs(msg),
-		})
-	}
-	return ci, nil
+	return &CommitIndex{repo: repo, Commits: commits}, st, nil
 }
 
 // Patch returns the first maxLines lines of a commit's stat and patch and

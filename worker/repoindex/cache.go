@@ -36,10 +36,10 @@ import (
 //
 // Layout under the cache folder:
 //
-//	v1/snapshots/owner__name/<commit>-<engine>/   meta.json, chunks.gob, commits.gob, chunks.bleve/
+//	v1/snapshots/owner__name/<commit>-<engine>/   meta.json, chunks.gob, chunks.bleve/
 //	v1/snapshots/owner__name/<commit>-<engine>.lock
 //	v1/parse/<language>@<version>/<blob[:2]>/<blob>.gob
-//	v1/commits/owner__name.gob (+ .lock)
+//	v1/history/owner__name.log (+ .lock)   the repository's commit records (history.Store)
 //
 // Concurrency: a snapshot is built under an exclusive flock of its own
 // (<entry>.build.lock), into a temporary folder renamed into place; users
@@ -49,7 +49,9 @@ import (
 type Cache struct {
 	root     string
 	maxBytes int64
-	mu       sync.Mutex // serialises eviction within a process
+	mu       sync.Mutex // serialises eviction within a process; guards stores
+	// stores are the repositories' commit stores this process opened.
+	stores map[string]*history.Store
 }
 
 // OpenCache opens (creating) a cache at dir bounded to maxBytes of
@@ -59,7 +61,7 @@ func OpenCache(dir string, maxBytes int64) (*Cache, error) {
 		return nil, fmt.Errorf("cache size must be >= 0, got %d", maxBytes)
 	}
 	root := filepath.Join(dir, fmt.Sprintf("v%d", Version))
-	for _, sub := range []string{"snapshots", "parse", "commits"} {
+	for _, sub := range []string{"snapshots", "parse", "history"} {
 		if err := os.MkdirAll(filepath.Join(root, sub), 0o755); err != nil {
 			return nil, fmt.Errorf("cache %s: %w", dir, err)
 		}
@@ -187,9 +189,6 @@ func (c *Cache) buildEntry(ctx context.Context, snap *gitrepo.Snapshot, repo str
 	if err := writeGob(filepath.Join(tmp, "chunks.gob"), idx.Chunks.Chunks); err != nil {
 		return nil, err
 	}
-	if err := writeGob(filepath.Join(tmp, "commits.gob"), idx.Commits.Commits); err != nil {
-		return nil, err
-	}
 	data, _ := json.MarshalIndent(meta, "", "  ")
 	if err := os.WriteFile(filepath.Join(tmp, "meta.json"), data, 0o644); err != nil {
 		return nil, err
@@ -213,11 +212,9 @@ func (c *Cache) load(ctx context.Context, snap *gitrepo.Snapshot, repo string, o
 	}
 	idx.Cached = true
 	start := time.Now()
-	var commits []history.Commit
-	if err := readGob(filepath.Join(dir, "commits.gob"), &commits); err != nil {
+	if idx.Commits, idx.History, err = c.commits(ctx, snap, repo, opts); err != nil {
 		return nil, err
 	}
-	idx.Commits = history.FromCommits(snap.Repo(), commits)
 	var chunks []codesearch.Chunk
 	if err := readGob(filepath.Join(dir, "chunks.gob"), &chunks); err != nil {
 		return nil, err
@@ -285,40 +282,57 @@ func readerKey(langs *lang.Set, path string) string {
 	return "none"
 }
 
-// commitFiles returns the known-files lookup of a repository's commit memo
-// and a function that stores a newly built commit index in it.
-func (c *Cache) commitFiles(repo string) (gitrepo.KnownFiles, func(*history.CommitIndex) error) {
+// historyStore returns the commit store of a repository, opened once per
+// process; without a cache it lives in memory for one build.
+func (c *Cache) historyStore(repo string) (*history.Store, error) {
 	if c == nil {
-		return nil, func(*history.CommitIndex) error { return nil }
+		return history.OpenStore("")
 	}
-	path := filepath.Join(c.root, "commits", gitrepo.DirName(repo)+".gob")
-	memo := map[string][]string{}
-	_ = readGob(path, &memo) // a missing or damaged memo only costs time
-	known := func(sha string) ([]string, bool) {
-		files, ok := memo[sha]
-		return files, ok
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if s, ok := c.stores[repo]; ok {
+		return s, nil
 	}
-	save := func(ci *history.CommitIndex) error {
-		lock, err := lockFile(path+".lock", syscall.LOCK_EX)
-		if err != nil {
-			return err
-		}
-		defer lock.Close()
-		current := map[string][]string{}
-		_ = readGob(path, &current) // merge with what other processes added
-		added := false
-		for _, cm := range ci.Commits {
-			if _, ok := current[cm.SHA]; !ok {
-				current[cm.SHA] = cm.Files
-				added = true
-			}
-		}
-		if !added {
-			return nil
-		}
-		return writeGobAtomic(path, current)
+	s, err := history.OpenStore(filepath.Join(c.root, "history", gitrepo.DirName(repo)+".log"))
+	if err != nil {
+		return nil, err
 	}
-	return known, save
+	if c.stores == nil {
+		c.stores = map[string]*history.Store{}
+	}
+	c.stores[repo] = s
+	return s, nil
+}
+
+// commits derives the snapshot's history from the repository's store,
+// which first takes in the history the farm's workers shared (when the
+// store lacks this snapshot) and afterwards shares what it had to read
+// from git. Sharing failures only cost time.
+func (c *Cache) commits(ctx context.Context, snap *gitrepo.Snapshot, repo string, opts BuildOptions) (*history.CommitIndex, history.ViewStats, error) {
+	store, err := c.historyStore(repo)
+	if err != nil {
+		return nil, history.ViewStats{}, err
+	}
+	if opts.Shared != nil && !store.Has(snap.Commit()) {
+		var buf bytes.Buffer
+		if found, err := opts.Shared.Get(ctx, historyKey(repo), &buf); err == nil && found {
+			_, _ = store.Import(&buf)
+		}
+	}
+	ci, st, err := history.BuildCommitIndex(ctx, snap.Repo(), snap.Commit(), store)
+	if err != nil {
+		return nil, st, fmt.Errorf("commit index of %s@%s: %w", repo, snap.Commit(), err)
+	}
+	if err := store.Save(); err != nil {
+		return nil, st, err
+	}
+	if opts.Shared != nil && st.FromGit+st.Diffed > 0 {
+		var buf bytes.Buffer
+		if err := store.Export(&buf); err == nil {
+			_ = opts.Shared.Put(ctx, historyKey(repo), &buf)
+		}
+	}
+	return ci, st, nil
 }
 
 // evict removes least recently used snapshots until the cache fits its

@@ -27,6 +27,9 @@ type Index struct {
 	Graph  *codegraph.Graph
 	// Commits is the history up to the snapshot's commit.
 	Commits *history.CommitIndex
+	// History says what deriving Commits from the repository's commit
+	// store cost: commits read from git and diffed (0 when stored).
+	History history.ViewStats
 	// Summaries describe each non-test file.
 	Summaries *summary.Summaries
 	// Chunks is the BM25 index over code chunks; Nodes over node ids.
@@ -159,11 +162,7 @@ func build(ctx context.Context, snap *gitrepo.Snapshot, repo string, opts BuildO
 		return nil, err
 	}
 	start := time.Now()
-	known, save := c.commitFiles(repo)
-	if idx.Commits, err = history.BuildCommitIndex(ctx, snap.Repo(), idx.Commit, known); err != nil {
-		return nil, fmt.Errorf("commit index of %s@%s: %w", repo, idx.Commit, err)
-	}
-	if err := save(idx.Commits); err != nil {
+	if idx.Commits, idx.History, err = c.commits(ctx, snap, repo, opts); err != nil {
 		return nil, err
 	}
 	idx.timed("commits", start)

@@ -44,6 +44,9 @@ func sharedKey(repo, commit string, opts BuildOptions) string {
 	return fmt.Sprintf("v%d/%s/%s@%s/%s", Version, opts.Languages.Key(), repo, commit, opts.Engine)
 }
 
+// historyKey names a repository's commit records in the shared store.
+func historyKey(repo string) string { return fmt.Sprintf("v%d/history/%s", Version, repo) }
+
 // fromShared gets a missing cache entry from the farm: a bundle another
 // worker stored, or — when this worker wins the claim — a build of its
 // own, which it then stores for the others. While another worker builds,

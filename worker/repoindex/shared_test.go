@@ -76,6 +76,12 @@ func TestSharedIndexIsBuiltOnceAcrossHosts(t *testing.T) {
 	if built != 1 || fetched != 3 {
 		t.Fatalf("%d built and %d fetched, want 1 and 3", built, fetched)
 	}
+	for _, idx := range results {
+		if idx.Fetched && idx.History.FromGit+idx.History.Diffed != 0 {
+			t.Errorf("a fetched index read %d commits from git and diffed %d: the builder's shared history was not used",
+				idx.History.FromGit, idx.History.Diffed)
+		}
+	}
 	want := results[0]
 	for _, idx := range results[1:] {
 		if len(idx.Graph.Nodes) != len(want.Graph.Nodes) || len(idx.Graph.Edges) != len(want.Graph.Edges) ||
