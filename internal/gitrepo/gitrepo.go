@@ -33,6 +33,12 @@ import (
 // crafted collision.
 var plainSHA1 = sync.OnceValue(func() error { return hash.RegisterHash(crypto.SHA1, sha1.New) })
 
+// objectCacheBytes bounds go-git's cache of decoded objects (delta bases
+// among them). Snapshot reads touch each blob once and history walks keep
+// their own tree cache, so go-git's default of 96 MiB held memory without
+// saving time: on ansible a cold index build is as fast with 16 MiB.
+const objectCacheBytes = 16 * cache.MiByte
+
 // ErrNotFound reports a missing repository, commit or path.
 var ErrNotFound = errors.New("not found")
 
@@ -78,7 +84,7 @@ func Open(dir string) (*Repo, error) {
 	if err := plainSHA1(); err != nil {
 		return nil, fmt.Errorf("open %s: %w", dir, err)
 	}
-	storage := filesystem.NewStorageWithOptions(osfs.New(gitDir), cache.NewObjectLRUDefault(),
+	storage := filesystem.NewStorageWithOptions(osfs.New(gitDir), cache.NewObjectLRU(objectCacheBytes),
 		filesystem.Options{KeepDescriptors: true})
 	repo, err := git.Open(storage, nil)
 	if err != nil {

@@ -64,8 +64,6 @@ type TreePair struct{ Parent, Tree string }
 // first, as a history walk meets them, share most trees: the raw trees are
 // cached across the batch, within a bound.
 func (r *Repo) ChangedFiles(ctx context.Context, pairs []TreePair) ([][]string, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	d := newTreeDiffer(r)
 	out := make([][]string, len(pairs))
 	for i, p := range pairs {

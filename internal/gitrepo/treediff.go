@@ -33,7 +33,9 @@ func newTreeDiffer(r *Repo) *treeDiffer {
 	return &treeDiffer{repo: r, cur: map[plumbing.Hash][]byte{}, old: map[plumbing.Hash][]byte{}, limit: treeCacheTrees}
 }
 
-// tree returns the raw content of a tree object. The caller holds r.mu.
+// tree returns the raw content of a tree object. Only the read from the
+// object store holds the repository's lock, so a history walk and a
+// snapshot's reads interleave.
 func (d *treeDiffer) tree(h plumbing.Hash) ([]byte, error) {
 	if raw, ok := d.cur[h]; ok {
 		return raw, nil
@@ -42,23 +44,31 @@ func (d *treeDiffer) tree(h plumbing.Hash) ([]byte, error) {
 		d.keep(h, raw)
 		return raw, nil
 	}
-	obj, err := d.repo.storage.EncodedObject(plumbing.TreeObject, h)
+	raw, err := d.read(h)
 	if err != nil {
 		return nil, fmt.Errorf("tree %s: %w", h, err)
+	}
+	d.keep(h, raw)
+	return raw, nil
+}
+
+func (d *treeDiffer) read(h plumbing.Hash) ([]byte, error) {
+	d.repo.mu.Lock()
+	defer d.repo.mu.Unlock()
+	obj, err := d.repo.storage.EncodedObject(plumbing.TreeObject, h)
+	if err != nil {
+		return nil, err
 	}
 	rd, err := obj.Reader()
 	if err != nil {
 		return nil, err
 	}
-	raw := make([]byte, 0, obj.Size())
-	buf := bytes.NewBuffer(raw)
-	_, err = io.Copy(buf, rd)
-	rd.Close()
-	if err != nil {
-		return nil, fmt.Errorf("tree %s: %w", h, err)
+	defer rd.Close()
+	raw := make([]byte, obj.Size())
+	if _, err := io.ReadFull(rd, raw); err != nil {
+		return nil, err
 	}
-	d.keep(h, buf.Bytes())
-	return buf.Bytes(), nil
+	return raw, nil
 }
 
 func (d *treeDiffer) keep(h plumbing.Hash, raw []byte) {
@@ -117,7 +127,7 @@ func terminator(e *treeEntry, n int) byte {
 }
 
 // changed appends to out the paths of the files that differ between the
-// trees from and to (from zero: every file of to). The caller holds r.mu.
+// trees from and to (from zero: every file of to).
 func (d *treeDiffer) changed(from, to plumbing.Hash, out []string) ([]string, error) {
 	if from.IsZero() {
 		return d.all("", to, out)

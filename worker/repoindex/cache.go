@@ -206,15 +206,12 @@ func (c *Cache) buildEntry(ctx context.Context, snap *gitrepo.Snapshot, repo str
 // results from the blob cache, the graph (cheap), commits and chunks from
 // the entry, and the bleve index opened read-only.
 func (c *Cache) load(ctx context.Context, snap *gitrepo.Snapshot, repo string, opts BuildOptions, dir string) (*Index, error) {
-	idx, src, parsed, err := c.prepare(ctx, snap, repo, opts)
+	idx, src, parsed, err := c.assemble(ctx, snap, repo, opts)
 	if err != nil {
 		return nil, err
 	}
 	idx.Cached = true
 	start := time.Now()
-	if idx.Commits, idx.History, err = c.commits(ctx, snap, repo, opts); err != nil {
-		return nil, err
-	}
 	var chunks []codesearch.Chunk
 	if err := readGob(filepath.Join(dir, "chunks.gob"), &chunks); err != nil {
 		return nil, err

@@ -157,21 +157,48 @@ func Build(ctx context.Context, repos *gitrepo.Set, repo, commit string, opts Bu
 // cache, parse results and commit file lists are reused by blob and
 // commit id.
 func build(ctx context.Context, snap *gitrepo.Snapshot, repo string, opts BuildOptions, dir string, c *Cache) (*Index, error) {
-	idx, src, parsed, err := c.prepare(ctx, snap, repo, opts)
+	idx, src, parsed, err := c.assemble(ctx, snap, repo, opts)
 	if err != nil {
 		return nil, err
 	}
-	start := time.Now()
-	if idx.Commits, idx.History, err = c.commits(ctx, snap, repo, opts); err != nil {
-		return nil, err
-	}
-	idx.timed("commits", start)
-
 	idx.finish(opts, src.Files, parsed, nil)
 	if err := idx.openChunkIndex(dir, true); err != nil {
 		return nil, err
 	}
 	return idx, nil
+}
+
+// assemble runs the two independent parts every index needs side by side:
+// the snapshot's history (mostly waiting on git objects, one core) and its
+// sources, parse and graph (every core).
+func (c *Cache) assemble(ctx context.Context, snap *gitrepo.Snapshot, repo string, opts BuildOptions) (*Index, *codegraph.Snapshot, []*lang.File, error) {
+	type commits struct {
+		index *history.CommitIndex
+		stats history.ViewStats
+		took  time.Duration
+		err   error
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan commits, 1)
+	go func() {
+		start := time.Now()
+		ci, st, err := c.commits(ctx, snap, repo, opts)
+		done <- commits{ci, st, time.Since(start), err}
+	}()
+	idx, src, parsed, err := c.prepare(ctx, snap, repo, opts)
+	if err != nil {
+		cancel()
+		<-done
+		return nil, nil, nil, err
+	}
+	h := <-done
+	if h.err != nil {
+		return nil, nil, nil, h.err
+	}
+	idx.Commits, idx.History = h.index, h.stats
+	idx.Timings = append(idx.Timings, Timing{"commits", h.took})
+	return idx, src, parsed, nil
 }
 
 // prepare reads the snapshot's sources, parses them (through the blob
