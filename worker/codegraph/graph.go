@@ -42,6 +42,9 @@ type Graph struct {
 	langs  *lang.Set
 	files  []SourceFile
 	parsed []*lang.File // aligned with files; nil where parsing failed
+	// sources reads contents and parse results on demand for a graph read
+	// back from disk (ReadGraph), whose files and parsed are then empty.
+	sources Sources
 
 	namesOnce sync.Once
 	names     *NameTable
@@ -51,7 +54,8 @@ func newGraph(langs *lang.Set, files []SourceFile) *Graph {
 	return &Graph{Graph: *lang.NewGraph(), langs: langs, files: files}
 }
 
-// Files are the source files the graph was built from, sorted by path.
+// Files are the source files the graph was built from, sorted by path;
+// for a graph read back from disk their Content is nil (see Content).
 func (g *Graph) Files() []SourceFile { return g.files }
 
 // Languages are the languages the graph's files were read with, each file
@@ -68,7 +72,11 @@ func (g *Graph) Code(n NodeID) string {
 	if node.FileIndex < 0 {
 		return ""
 	}
-	return string(g.files[node.FileIndex].Content[node.StartByte:node.EndByte])
+	c := g.content(node.FileIndex)
+	if int(node.EndByte) > len(c) || node.StartByte > node.EndByte {
+		return ""
+	}
+	return string(c[node.StartByte:node.EndByte])
 }
 
 // FilePath returns the path of the file a node belongs to ("" for

@@ -15,12 +15,12 @@ func (g *Graph) Skeleton(n NodeID) string {
 	if node.FileIndex < 0 {
 		return ""
 	}
-	pf := g.parsed[node.FileIndex]
+	pf := g.parsedFile(node.FileIndex)
 	code := g.Code(n)
 	if pf == nil || pf.HasErrors || pf.LegacySyntax {
 		return code
 	}
-	o := &outline{lines: strings.Split(string(g.files[node.FileIndex].Content), "\n")}
+	o := &outline{lines: strings.Split(string(g.content(node.FileIndex)), "\n")}
 	if l := g.langs.Reader(g.files[node.FileIndex].Path); l != nil {
 		o.elision = l.BodyElision()
 	}

@@ -24,7 +24,8 @@ const (
 // ChunkIndex is the BM25 index over code chunks of non-test files.
 type ChunkIndex struct {
 	Chunks []Chunk
-	texts  []string
+	texts  []string           // in memory, or nil and read by text
+	text   func(i int) string // a chunk's text on demand
 	bm25   *BM25
 	bleve  bleve.Index
 }
@@ -42,38 +43,103 @@ func BuildChunkIndex(l *lang.Set, files []codegraph.SourceFile, parsed []*lang.F
 	return ChunkIndexFrom(files, chunks, withBM25)
 }
 
-// ChunkIndexFrom indexes chunks made before (the cache keeps them).
+// ChunkIndexFrom indexes chunks made before (the cache keeps them) of
+// files, whose contents are in memory.
 func ChunkIndexFrom(files []codegraph.SourceFile, chunks []Chunk, withBM25 bool) *ChunkIndex {
-	ci := &ChunkIndex{Chunks: chunks}
 	byPath := make(map[string][]byte, len(files))
 	for _, f := range files {
 		byPath[f.Path] = f.Content
 	}
-	split := map[string][]string{}
-	var docs [][]string
-	for _, c := range chunks {
-		lines, ok := split[c.File]
-		if !ok {
-			lines = strings.Split(string(byPath[c.File]), "\n")
-			split[c.File] = lines
-		}
-		text := ""
-		if c.StartLine-1 < len(lines) {
-			text = strings.Join(lines[c.StartLine-1:min(c.EndLine, len(lines))], "\n")
-		}
-		ci.texts = append(ci.texts, text)
-		if withBM25 {
-			docs = append(docs, Tokens(text))
-		}
+	ci := &ChunkIndex{Chunks: chunks, texts: make([]string, len(chunks))}
+	for i, text := range chunkTexts(chunks, func(path string) []byte { return byPath[path] }) {
+		ci.texts[i] = text
 	}
-	if withBM25 {
-		ci.bm25 = NewBM25(docs)
-	}
+	ci.index(withBM25)
 	return ci
 }
 
+// OpenChunkIndex indexes the chunks of a graph read back from disk: a
+// chunk's text is read from the graph's sources only when a search shows
+// it (the textbook engine, which tokenizes every chunk up front, reads
+// them all).
+func OpenChunkIndex(g *codegraph.Graph, chunks []Chunk, withBM25 bool) *ChunkIndex {
+	byPath := make(map[string]int, len(g.Files()))
+	for i, f := range g.Files() {
+		byPath[f.Path] = i
+	}
+	content := func(path string) []byte {
+		fi, ok := byPath[path]
+		if !ok {
+			return nil
+		}
+		c, _ := g.Content(fi)
+		return c
+	}
+	ci := &ChunkIndex{Chunks: chunks, text: func(i int) string {
+		text, _ := chunkText(chunks[i], content(chunks[i].File))
+		return text
+	}}
+	if withBM25 {
+		ci.texts = make([]string, len(chunks))
+		for i, text := range chunkTexts(chunks, content) {
+			ci.texts[i] = text
+		}
+	}
+	ci.index(withBM25)
+	return ci
+}
+
+// chunkTexts yields each chunk's text in order, splitting each file once.
+func chunkTexts(chunks []Chunk, content func(path string) []byte) func(yield func(int, string) bool) {
+	return func(yield func(int, string) bool) {
+		split := map[string][]string{}
+		for i, c := range chunks {
+			lines, ok := split[c.File]
+			if !ok {
+				lines = strings.Split(string(content(c.File)), "\n")
+				split[c.File] = lines
+			}
+			if !yield(i, linesText(lines, c)) {
+				return
+			}
+		}
+	}
+}
+
+// chunkText is the text of one chunk of a file's content.
+func chunkText(c Chunk, content []byte) (string, bool) {
+	if content == nil {
+		return "", false
+	}
+	return linesText(strings.Split(string(content), "\n"), c), true
+}
+
+func linesText(lines []string, c Chunk) string {
+	if c.StartLine-1 >= len(lines) || c.StartLine < 1 {
+		return ""
+	}
+	return strings.Join(lines[c.StartLine-1:min(c.EndLine, len(lines))], "\n")
+}
+
+// index builds the textbook BM25 engine over the texts when asked.
+func (ci *ChunkIndex) index(withBM25 bool) {
+	if !withBM25 {
+		return
+	}
+	docs := make([][]string, len(ci.texts))
+	for i, text := range ci.texts {
+		docs[i] = Tokens(text)
+	}
+	ci.bm25 = NewBM25(docs)
+}
+
 // Text returns the text of chunk i.
-func (ci *ChunkIndex) Text(i int) string { return ci.texts[i] }
+func (ci *ChunkIndex) Text(i int) string {
+	if ci.texts != nil {
+		return ci.texts[i]
+	}
+	return ci.text(i)
+}
 
 // BuildBleve indexes the chunks in a scorch index at dir (bleve ignores
 // bm25 scoring in memory-only indexes), in batches.
@@ -146,6 +212,10 @@ func (ci *ChunkIndex) Search(engine, query string, k int) ([]Hit, error) {
 		q.SetField("text")
 		q.Analyzer = AnalyzerName
 		req := bleve.NewSearchRequestOptions(q, k, 0, false)
+		// Ties broken by document id: otherwise their order depends on how
+		// bleve laid out its segments, which differs between two builds
+		// of the same chunks.
+		req.SortBy([]string{"-_score", "_id"})
 		res, err := ci.bleve.Search(req)
 		if err != nil {
 			return nil, err

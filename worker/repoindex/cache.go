@@ -26,6 +26,7 @@ import (
 	"github.com/a2farm/a2farm/worker/codegraph"
 	"github.com/a2farm/a2farm/worker/codesearch"
 	"github.com/a2farm/a2farm/worker/history"
+	"github.com/a2farm/a2farm/worker/summary"
 )
 
 // Cache keeps indexes on disk, content-addressed by repository, commit,
@@ -36,10 +37,10 @@ import (
 //
 // Layout under the cache folder:
 //
-//	v1/snapshots/owner__name/<commit>-<engine>/   meta.json, chunks.gob, chunks.bleve/
-//	v1/snapshots/owner__name/<commit>-<engine>.lock
-//	v1/parse/<language>@<version>/<blob[:2]>/<blob>.gob
-//	v1/history/owner__name.log (+ .lock)   the repository's commit records (history.Store)
+//	v2/snapshots/owner__name/<commit>-<engine>/   meta.json, graph.bin, sources.bin, chunks.gob, chunks.bleve/
+//	v2/snapshots/owner__name/<commit>-<engine>.lock
+//	v2/parse/<language>@<version>/<blob[:2]>/<blob>.gob
+//	v2/history/owner__name.log (+ .lock)   the repository's commit records (history.Store)
 //
 // Concurrency: a snapshot is built under an exclusive flock of its own
 // (<entry>.build.lock), into a temporary folder renamed into place; users
@@ -90,8 +91,8 @@ func (c *Cache) snapshotDir(repo, commit, engine string) string {
 
 // index returns the cached index of a snapshot, building it first when it
 // is missing (or was built for another engine).
-func (c *Cache) index(ctx context.Context, snap *gitrepo.Snapshot, repo string, opts BuildOptions) (*Index, error) {
-	dir := c.snapshotDir(repo, snap.Commit(), opts.Engine)
+func (c *Cache) index(ctx context.Context, r *gitrepo.Repo, repo, commit string, opts BuildOptions) (*Index, error) {
+	dir := c.snapshotDir(repo, commit, opts.Engine)
 	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
 		return nil, err
 	}
@@ -104,7 +105,7 @@ func (c *Cache) index(ctx context.Context, snap *gitrepo.Snapshot, repo string, 
 	if err != nil {
 		return nil, err
 	}
-	if idx, ok := c.tryLoad(ctx, snap, repo, opts, dir); ok {
+	if idx, ok := c.tryLoad(ctx, r, repo, commit, opts, dir); ok {
 		idx.release = append(idx.release, lock.Close)
 		c.touch(dir)
 		return idx, nil
@@ -114,7 +115,7 @@ func (c *Cache) index(ctx context.Context, snap *gitrepo.Snapshot, repo string, 
 		lock.Close()
 		return nil, err
 	}
-	idx, err := c.loadOrBuild(ctx, snap, repo, opts, dir)
+	idx, err := c.loadOrBuild(ctx, r, repo, commit, opts, dir)
 	build.Close()
 	if err != nil {
 		lock.Close()
@@ -147,31 +148,35 @@ func (c *Cache) touch(dir string) {
 }
 
 // tryLoad loads a complete entry made for these options.
-func (c *Cache) tryLoad(ctx context.Context, snap *gitrepo.Snapshot, repo string, opts BuildOptions, dir string) (*Index, bool) {
+func (c *Cache) tryLoad(ctx context.Context, r *gitrepo.Repo, repo, commit string, opts BuildOptions, dir string) (*Index, bool) {
 	meta, err := readMeta(dir)
 	if err != nil || meta.Version != Version || meta.Engine != opts.Engine || meta.Languages != opts.Languages.Key() {
 		return nil, false
 	}
-	idx, err := c.load(ctx, snap, repo, opts, dir)
+	idx, err := c.open(ctx, r, repo, commit, opts, dir)
 	if err != nil {
 		return nil, false // a damaged entry is rebuilt rather than trusted
 	}
 	return idx, true
 }
 
-func (c *Cache) loadOrBuild(ctx context.Context, snap *gitrepo.Snapshot, repo string, opts BuildOptions, dir string) (*Index, error) {
-	if idx, ok := c.tryLoad(ctx, snap, repo, opts, dir); ok {
+func (c *Cache) loadOrBuild(ctx context.Context, r *gitrepo.Repo, repo, commit string, opts BuildOptions, dir string) (*Index, error) {
+	if idx, ok := c.tryLoad(ctx, r, repo, commit, opts, dir); ok {
 		return idx, nil // built by another process while we waited
 	}
 	if opts.Shared != nil {
-		return c.fromShared(ctx, snap, repo, opts, dir)
+		return c.fromShared(ctx, r, repo, commit, opts, dir)
 	}
-	return c.buildEntry(ctx, snap, repo, opts, dir)
+	return c.buildEntry(ctx, r, commit, repo, opts, dir)
 }
 
 // buildEntry builds a snapshot's index into a temporary folder and
 // installs it as the entry at dir.
-func (c *Cache) buildEntry(ctx context.Context, snap *gitrepo.Snapshot, repo string, opts BuildOptions, dir string) (*Index, error) {
+func (c *Cache) buildEntry(ctx context.Context, r *gitrepo.Repo, commit, repo string, opts BuildOptions, dir string) (*Index, error) {
+	snap, err := r.At(commit)
+	if err != nil {
+		return nil, err
+	}
 	tmp, err := os.MkdirTemp(filepath.Dir(dir), filepath.Base(dir)+".tmp-*")
 	if err != nil {
 		return nil, err
@@ -189,6 +194,16 @@ func (c *Cache) buildEntry(ctx context.Context, snap *gitrepo.Snapshot, repo str
 	if err := writeGob(filepath.Join(tmp, "chunks.gob"), idx.Chunks.Chunks); err != nil {
 		return nil, err
 	}
+	var graph bytes.Buffer
+	if err := idx.Graph.WriteBinary(&graph); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(graphPath(tmp), graph.Bytes(), 0o644); err != nil {
+		return nil, err
+	}
+	if err := writeSources(sourcesPath(tmp), idx.Graph.Files()); err != nil {
+		return nil, err
+	}
 	data, _ := json.MarshalIndent(meta, "", "  ")
 	if err := os.WriteFile(filepath.Join(tmp, "meta.json"), data, 0o644); err != nil {
 		return nil, err
@@ -202,26 +217,75 @@ func (c *Cache) buildEntry(ctx context.Context, snap *gitrepo.Snapshot, repo str
 	return idx, nil
 }
 
-// load rebuilds an index from a cache entry: sources from git, parse
-// results from the blob cache, the graph (cheap), commits and chunks from
-// the entry, and the bleve index opened read-only.
-func (c *Cache) load(ctx context.Context, snap *gitrepo.Snapshot, repo string, opts BuildOptions, dir string) (*Index, error) {
-	idx, src, parsed, err := c.assemble(ctx, snap, repo, opts)
+// open opens a cache entry without decoding it: the graph (files, nodes
+// and edges) is read in one pass, file contents and parse results only
+// when a tool shows them, chunk texts only when a search returns them,
+// the history from the repository's commit store; the bleve index is
+// opened read-only. No git object is read unless the commit store lacks
+// the snapshot's history.
+func (c *Cache) open(ctx context.Context, r *gitrepo.Repo, repo, commit string, opts BuildOptions, dir string) (*Index, error) {
+	idx := &Index{Repo: repo, Commit: commit, Engine: opts.Engine, Cached: true}
+	type commits struct {
+		index *history.CommitIndex
+		stats history.ViewStats
+		took  time.Duration
+		err   error
+	}
+	done := make(chan commits, 1)
+	go func() {
+		start := time.Now()
+		ci, st, err := c.commits(ctx, r, repo, commit, opts)
+		done <- commits{ci, st, time.Since(start), err}
+	}()
+	start := time.Now()
+	g, src, chunks, err := c.openParts(opts, dir)
+	h := <-done
 	if err != nil {
 		return nil, err
 	}
-	idx.Cached = true
-	start := time.Now()
-	var chunks []codesearch.Chunk
-	if err := readGob(filepath.Join(dir, "chunks.gob"), &chunks); err != nil {
-		return nil, err
+	idx.Graph, idx.Chunks = g, chunks
+	idx.release = append(idx.release, src.Close)
+	if h.err != nil {
+		idx.Close()
+		return nil, h.err
 	}
-	idx.timed("load", start)
-	idx.finish(opts, src.Files, parsed, chunks)
+	idx.timed("open", start)
+	idx.Commits, idx.History = h.index, h.stats
+	idx.Timings = append(idx.Timings, Timing{"commits", h.took})
+	start = time.Now()
+	idx.Summaries = summary.BuildSummaries(idx.Graph, idx.Commits, opts.Summaries)
+	idx.Nodes = codesearch.BuildNodeSearch(idx.Graph)
+	idx.timed("search", start)
 	if err := idx.openChunkIndex(dir, false); err != nil {
+		idx.Close()
 		return nil, err
 	}
 	return idx, nil
+}
+
+// openParts reads an entry's graph, opens its sources and indexes its
+// chunks.
+func (c *Cache) openParts(opts BuildOptions, dir string) (*codegraph.Graph, *entrySources, *codesearch.ChunkIndex, error) {
+	data, err := os.ReadFile(graphPath(dir))
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	src, err := openSources(sourcesPath(dir), c, opts.Languages)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	g, err := codegraph.ReadGraph(data, opts.Languages, src)
+	if err != nil {
+		src.Close()
+		return nil, nil, nil, fmt.Errorf("%s: %w", graphPath(dir), err)
+	}
+	src.files = g.Files()
+	var chunks []codesearch.Chunk
+	if err := readGob(filepath.Join(dir, "chunks.gob"), &chunks); err != nil {
+		src.Close()
+		return nil, nil, nil, err
+	}
+	return g, src, codesearch.OpenChunkIndex(g, chunks, opts.Engine == codesearch.EngineBM25), nil
 }
 
 // parseAll parses files, reusing cached results by blob id; a nil cache
@@ -305,20 +369,20 @@ func (c *Cache) historyStore(repo string) (*history.Store, error) {
 // which first takes in the history the farm's workers shared (when the
 // store lacks this snapshot) and afterwards shares what it had to read
 // from git. Sharing failures only cost time.
-func (c *Cache) commits(ctx context.Context, snap *gitrepo.Snapshot, repo string, opts BuildOptions) (*history.CommitIndex, history.ViewStats, error) {
+func (c *Cache) commits(ctx context.Context, r *gitrepo.Repo, repo, commit string, opts BuildOptions) (*history.CommitIndex, history.ViewStats, error) {
 	store, err := c.historyStore(repo)
 	if err != nil {
 		return nil, history.ViewStats{}, err
 	}
-	if opts.Shared != nil && !store.Has(snap.Commit()) {
+	if opts.Shared != nil && !store.Has(commit) {
 		var buf bytes.Buffer
 		if found, err := opts.Shared.Get(ctx, historyKey(repo), &buf); err == nil && found {
 			_, _ = store.Import(&buf)
 		}
 	}
-	ci, st, err := history.BuildCommitIndex(ctx, snap.Repo(), snap.Commit(), store)
+	ci, st, err := history.BuildCommitIndex(ctx, r, commit, store)
 	if err != nil {
-		return nil, st, fmt.Errorf("commit index of %s@%s: %w", repo, snap.Commit(), err)
+		return nil, st, fmt.Errorf("commit index of %s@%s: %w", repo, commit, err)
 	}
 	if err := store.Save(); err != nil {
 		return nil, st, err

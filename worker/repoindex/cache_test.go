@@ -1,9 +1,12 @@
 package repoindex
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"sync"
 	"testing"
 
@@ -11,6 +14,7 @@ import (
 	"github.com/a2farm/a2farm/internal/repogen"
 	"github.com/a2farm/a2farm/lang"
 	"github.com/a2farm/a2farm/lang/python"
+	"github.com/a2farm/a2farm/worker/codegraph"
 	"github.com/a2farm/a2farm/worker/codegraph/graphtest"
 )
 
@@ -72,7 +76,7 @@ func TestCacheReusesSnapshotsAndBlobs(t *testing.T) {
 	}
 	nodes, edges, chunks := len(a.Graph.Nodes), len(a.Graph.Edges), len(a.Chunks.Chunks)
 	a.Close()
-	parsed := countFiles(t, filepath.Join(dir, "v1", "parse"))
+	parsed := countFiles(t, filepath.Join(dir, fmt.Sprintf("v%d", Version), "parse"))
 
 	b := open(first)
 	if !b.Cached {
@@ -95,7 +99,7 @@ func TestCacheReusesSnapshotsAndBlobs(t *testing.T) {
 		t.Error("the new commit's class is missing")
 	}
 	// Only the changed file was parsed again.
-	if n := countFiles(t, filepath.Join(dir, "v1", "parse")); n != parsed+1 {
+	if n := countFiles(t, filepath.Join(dir, fmt.Sprintf("v%d", Version), "parse")); n != parsed+1 {
 		t.Errorf("parse cache holds %d results, want %d (+1 changed blob)", n, parsed+1)
 	}
 }
@@ -165,4 +169,80 @@ func TestCacheEvictsLeastRecentlyUsed(t *testing.T) {
 		t.Errorf("open index unusable after eviction pass: %v, %v", hits, err)
 	}
 	b.Close()
+}
+
+// TestOpenedIndexEqualsBuilt: an entry opened from the cache (graph read
+// in one pass, contents, parse results and chunk texts on demand) answers
+// like the index built in memory: the same graph, every node's code and
+// skeleton, every chunk's text and search hits, the same summaries and
+// history — also after the parse cache is gone (a fetched entry), when
+// skeletons parse the file again.
+func TestOpenedIndexEqualsBuilt(t *testing.T) {
+	repos, first, _ := twoCommits(t)
+	opts := BuildOptions{Languages: lang.NewSet(python.Language{})}
+	built, err := Build(context.Background(), repos, "o/r", first, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer built.Close()
+	dir := t.TempDir()
+	cache, err := OpenCache(dir, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.Cache = cache
+	if idx, err := Build(context.Background(), repos, "o/r", first, opts); err != nil {
+		t.Fatal(err)
+	} else {
+		idx.Close()
+	}
+	check := func(label string) {
+		t.Helper()
+		opened, err := Build(context.Background(), repos, "o/r", first, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer opened.Close()
+		if !opened.Cached {
+			t.Fatalf("%s: the entry was built again", label)
+		}
+		var a, b bytes.Buffer
+		built.Graph.WriteJSONLines(&a)
+		opened.Graph.WriteJSONLines(&b)
+		if a.String() != b.String() {
+			t.Errorf("%s: the opened graph differs from the built one", label)
+		}
+		for i := range built.Graph.Nodes {
+			n := codegraph.NodeID(i)
+			if got, want := opened.Graph.Code(n), built.Graph.Code(n); got != want {
+				t.Errorf("%s: code of %s: %q, want %q", label, built.Graph.Nodes[i].ID, got, want)
+			}
+			if got, want := opened.Graph.Skeleton(n), built.Graph.Skeleton(n); got != want {
+				t.Errorf("%s: skeleton of %s differs", label, built.Graph.Nodes[i].ID)
+			}
+		}
+		for i := range built.Chunks.Chunks {
+			if got, want := opened.Chunks.Text(i), built.Chunks.Text(i); got != want {
+				t.Errorf("%s: chunk %d text %q, want %q", label, i, got, want)
+			}
+		}
+		for _, q := range []string{"cleanup", "engine run", "slug helpers"} {
+			got, err1 := opened.Chunks.Search(opened.Engine, q, 5)
+			want, err2 := built.Chunks.Search(built.Engine, q, 5)
+			if err1 != nil || err2 != nil || !reflect.DeepEqual(got, want) {
+				t.Errorf("%s: search %q: %v (%v), want %v (%v)", label, q, got, err1, want, err2)
+			}
+		}
+		if !reflect.DeepEqual(opened.Summaries.Text, built.Summaries.Text) {
+			t.Errorf("%s: summaries differ", label)
+		}
+		if !reflect.DeepEqual(opened.Commits.Commits, built.Commits.Commits) {
+			t.Errorf("%s: history differs", label)
+		}
+	}
+	check("opened")
+	if err := os.RemoveAll(filepath.Join(dir, fmt.Sprintf("v%d", Version), "parse")); err != nil {
+		t.Fatal(err)
+	}
+	check("opened without parse results")
 }

@@ -18,7 +18,7 @@ import (
 
 // Version is the on-disk format version of cached indexes; bump it when
 // a change makes cached parts unreadable or stale.
-const Version = 1
+const Version = 2
 
 // Index holds every index of one snapshot.
 type Index struct {
@@ -133,12 +133,21 @@ func Build(ctx context.Context, repos *gitrepo.Set, repo, commit string, opts Bu
 	if opts.Engine != codesearch.EngineBleve && opts.Engine != codesearch.EngineBM25 {
 		return nil, fmt.Errorf("unknown search engine %q (want %s or %s)", opts.Engine, codesearch.EngineBleve, codesearch.EngineBM25)
 	}
-	snap, err := repos.At(repo, commit)
+	r, err := repos.Repo(repo)
 	if err != nil {
 		return nil, err
 	}
+	// A full id opens a cached entry without reading any git object (a big
+	// repository's pack index alone costs seconds and 100+ MB).
+	if commit, err = r.Resolve(commit); err != nil {
+		return nil, err
+	}
 	if opts.Cache != nil {
-		return opts.Cache.index(ctx, snap, repo, opts)
+		return opts.Cache.index(ctx, r, repo, commit, opts)
+	}
+	snap, err := r.At(commit)
+	if err != nil {
+		return nil, err
 	}
 	tmp, err := os.MkdirTemp("", "a2farm-index-*")
 	if err != nil {
@@ -183,7 +192,7 @@ func (c *Cache) assemble(ctx context.Context, snap *gitrepo.Snapshot, repo strin
 	done := make(chan commits, 1)
 	go func() {
 		start := time.Now()
-		ci, st, err := c.commits(ctx, snap, repo, opts)
+		ci, st, err := c.commits(ctx, snap.Repo(), repo, snap.Commit(), opts)
 		done <- commits{ci, st, time.Since(start), err}
 	}()
 	idx, src, parsed, err := c.prepare(ctx, snap, repo, opts)

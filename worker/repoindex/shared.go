@@ -53,13 +53,13 @@ func historyKey(repo string) string { return fmt.Sprintf("v%d/history/%s", Versi
 // it waits for that bundle; if the builder dies, its claim lapses and a
 // waiter builds instead. Sharing failures never fail the index: the
 // worker builds for itself.
-func (c *Cache) fromShared(ctx context.Context, snap *gitrepo.Snapshot, repo string, opts BuildOptions, dir string) (*Index, error) {
-	key := sharedKey(repo, snap.Commit(), opts)
+func (c *Cache) fromShared(ctx context.Context, r *gitrepo.Repo, repo, commit string, opts BuildOptions, dir string) (*Index, error) {
+	key := sharedKey(repo, commit, opts)
 	fetch := func() (*Index, bool) {
 		if found, err := c.fetch(ctx, opts.Shared, key, dir); err != nil || !found {
 			return nil, false
 		}
-		idx, ok := c.tryLoad(ctx, snap, repo, opts, dir)
+		idx, ok := c.tryLoad(ctx, r, repo, commit, opts, dir)
 		if ok {
 			idx.Fetched = true
 		}
@@ -71,7 +71,7 @@ func (c *Cache) fromShared(ctx context.Context, snap *gitrepo.Snapshot, repo str
 		}
 		held, release, err := opts.Shared.Claim(ctx, key)
 		if err != nil {
-			return c.buildEntry(ctx, snap, repo, opts, dir)
+			return c.buildEntry(ctx, r, commit, repo, opts, dir)
 		}
 		if held {
 			// The bundle may have landed between the look and the claim.
@@ -79,7 +79,7 @@ func (c *Cache) fromShared(ctx context.Context, snap *gitrepo.Snapshot, repo str
 				release()
 				return idx, nil
 			}
-			idx, err := c.buildEntry(ctx, snap, repo, opts, dir)
+			idx, err := c.buildEntry(ctx, r, commit, repo, opts, dir)
 			if err == nil {
 				idx.ShareErr = c.share(ctx, opts.Shared, key, dir, idx.blobs)
 			}

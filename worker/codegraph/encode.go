@@ -1,0 +1,195 @@
+package codegraph
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/a2farm/a2farm/lang"
+)
+
+// Sources gives a graph read back with ReadGraph its files' contents and
+// parse results, on demand: a graph opened from disk holds neither, so a
+// tool call reads only the files it shows.
+type Sources interface {
+	// Content returns the content of the snapshot's file fi.
+	Content(fi int) ([]byte, error)
+	// Parsed returns the structure of file fi as its language parses it.
+	Parsed(fi int) (*lang.File, error)
+}
+
+// content returns the content of file fi; nil when it cannot be read.
+func (g *Graph) content(fi int32) []byte {
+	if c := g.files[fi].Content; c != nil || g.sources == nil {
+		return c
+	}
+	c, err := g.sources.Content(int(fi))
+	if err != nil {
+		return nil
+	}
+	return c
+}
+
+// Content returns the content of file fi of Files, reading it on demand
+// for a graph opened from disk.
+func (g *Graph) Content(fi int) ([]byte, error) {
+	if c := g.files[fi].Content; c != nil || g.sources == nil {
+		return c, nil
+	}
+	return g.sources.Content(fi)
+}
+
+// parsedFile returns the structure of file fi; nil when it did not parse.
+func (g *Graph) parsedFile(fi int32) *lang.File {
+	if g.parsed != nil {
+		return g.parsed[fi]
+	}
+	if g.sources == nil {
+		return nil
+	}
+	pf, err := g.sources.Parsed(int(fi))
+	if err != nil {
+		return nil
+	}
+	return pf
+}
+
+// graphMagic opens an encoded graph; the digit is its format version.
+const graphMagic = "a2farm-graph 1\n"
+
+// WriteBinary encodes the graph — files (path, blob), nodes and edges in
+// insertion order — in a compact binary form that ReadGraph reads back in
+// one pass; contents and parse results are not part of it.
+func (g *Graph) WriteBinary(w io.Writer) error {
+	bw := bufio.NewWriter(w)
+	var scratch [binary.MaxVarintLen64]byte
+	uvarint := func(v uint64) { bw.Write(scratch[:binary.PutUvarint(scratch[:], v)]) }
+	str := func(s string) { uvarint(uint64(len(s))); bw.WriteString(s) }
+	bw.WriteString(graphMagic)
+	uvarint(uint64(len(g.files)))
+	for _, f := range g.files {
+		str(f.Path)
+		str(f.Blob)
+	}
+	uvarint(uint64(len(g.Nodes)))
+	for _, n := range g.Nodes {
+		str(n.ID)
+		bw.WriteByte(byte(n.Type))
+		uvarint(uint64(n.FileIndex + 1))
+		uvarint(uint64(n.StartLine))
+		uvarint(uint64(n.EndLine))
+		uvarint(uint64(n.StartByte))
+		uvarint(uint64(n.EndByte))
+	}
+	uvarint(uint64(len(g.Edges)))
+	for _, e := range g.Edges {
+		uvarint(uint64(e.Src))
+		uvarint(uint64(e.Dst))
+		bw.WriteByte(byte(e.Type))
+		str(e.Alias)
+	}
+	return bw.Flush()
+}
+
+// errBadGraph marks an encoded graph that does not decode.
+var errBadGraph = errors.New("not an encoded code graph")
+
+// ReadGraph decodes what WriteBinary wrote. Contents and parse results come
+// from src when a tool needs them.
+func ReadGraph(data []byte, langs *lang.Set, src Sources) (*Graph, error) {
+	if len(data) < len(graphMagic) || string(data[:len(graphMagic)]) != graphMagic {
+		return nil, errBadGraph
+	}
+	d := decoder{b: data[len(graphMagic):]}
+	files := make([]SourceFile, d.count())
+	for i := range files {
+		files[i] = SourceFile{Path: d.str(), Blob: d.str()}
+	}
+	g := newGraph(langs, files)
+	g.sources = src
+	nodes := d.count()
+	g.Nodes = make([]Node, 0, nodes)
+	for range nodes {
+		n := Node{ID: d.str(), Type: NodeType(d.byte())}
+		n.FileIndex = int32(d.uvarint()) - 1
+		n.StartLine, n.EndLine = int(d.uvarint()), int(d.uvarint())
+		n.StartByte, n.EndByte = uint32(d.uvarint()), uint32(d.uvarint())
+		if d.err == nil && (n.FileIndex >= int32(len(files)) || n.FileIndex < -1) {
+			d.err = fmt.Errorf("node %q: file %d of %d", n.ID, n.FileIndex, len(files))
+		}
+		g.AddNode(n)
+	}
+	edges := d.count()
+	g.Edges = make([]Edge, 0, edges)
+	for range edges {
+		src, dst := lang.NodeID(d.uvarint()), lang.NodeID(d.uvarint())
+		t := EdgeType(d.byte())
+		alias := d.str()
+		if d.err == nil && (int(src) >= len(g.Nodes) || int(dst) >= len(g.Nodes)) {
+			d.err = fmt.Errorf("edge %d -> %d of %d nodes", src, dst, len(g.Nodes))
+		}
+		if d.err != nil {
+			break
+		}
+		g.AddEdge(src, dst, t, alias)
+	}
+	if d.err != nil {
+		return nil, fmt.Errorf("%w: %w", errBadGraph, d.err)
+	}
+	if len(d.b) != 0 {
+		return nil, fmt.Errorf("%w: %d bytes after the edges", errBadGraph, len(d.b))
+	}
+	return g, nil
+}
+
+// decoder reads varints, bytes and strings, keeping the first error.
+type decoder struct {
+	b   []byte
+	err error
+}
+
+func (d *decoder) uvarint() uint64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.err = io.ErrUnexpectedEOF
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+// count reads a length and bounds it by what is left, so a damaged file
+// cannot make a huge allocation.
+func (d *decoder) count() int {
+	n := d.uvarint()
+	if n > uint64(len(d.b)) {
+		d.err = io.ErrUnexpectedEOF
+		return 0
+	}
+	return int(n)
+}
+
+func (d *decoder) byte() byte {
+	if d.err != nil || len(d.b) == 0 {
+		d.err = io.ErrUnexpectedEOF
+		return 0
+	}
+	v := d.b[0]
+	d.b = d.b[1:]
+	return v
+}
+
+func (d *decoder) str() string {
+	n := d.count()
+	if d.err != nil {
+		return ""
+	}
+	s := string(d.b[:n])
+	d.b = d.b[n:]
+	return s
+}
