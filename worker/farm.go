@@ -51,6 +51,12 @@ type Config struct {
 	// this a worker that finishes a sample before the next one arrives
 	// rebuilds the index for every sample.
 	KeepIndexes int
+	// IndexMemory bounds the memory of the indexes the worker holds open
+	// (repoindex.Index.Bytes, default 4 GiB): indexes no episode uses are
+	// closed, least recently used first, until the open ones fit. Indexes
+	// in use are never closed, so the bound holds whenever the episodes
+	// in flight fit in it.
+	IndexMemory int64
 	WorkerID    string
 	Version     string
 	Log         zerolog.Logger
@@ -64,10 +70,16 @@ type Config struct {
 	// came from: repoindex.SourceBuilt, SourceCache or SourceShared
 	// (metrics).
 	OnIndex func(took time.Duration, from string, err error)
+	// OnIndexMemory sees the open indexes whenever they change: how many,
+	// their estimated bytes and the IndexMemory budget (metrics).
+	OnIndexMemory func(open int, bytes, budget int64)
 	// Hooks for tests; nil in production.
 	OnJobStarted func(jobID string)
 	OnJobSettled func(jobID string, outcome string)
 }
+
+// DefaultIndexMemory is the default budget of a worker's open indexes.
+const DefaultIndexMemory = 4 << 30
 
 func (c *Config) validate() error {
 	if c.Bus == nil || c.Repos == nil || c.Policies == nil {
@@ -76,8 +88,11 @@ func (c *Config) validate() error {
 	if c.Index.Languages.Len() == 0 {
 		return errors.New("worker: no language to index repositories with (Index.Languages)")
 	}
-	if c.Concurrency < 0 || c.Grace < 0 || c.KeepIndexes < -1 {
-		return errors.New("worker: concurrency and grace must not be negative, keep-indexes not below -1")
+	if c.Concurrency < 0 || c.Grace < 0 || c.KeepIndexes < -1 || c.IndexMemory < 0 {
+		return errors.New("worker: concurrency, grace and index memory must not be negative, keep-indexes not below -1")
+	}
+	if c.IndexMemory == 0 {
+		c.IndexMemory = DefaultIndexMemory
 	}
 	if c.Concurrency == 0 {
 		c.Concurrency = 32
@@ -229,6 +244,9 @@ type farmWorker struct {
 	// idle holds the keys of built indexes no episode uses, least
 	// recently released first; at most cfg.KeepIndexes of them.
 	idle []string
+	// indexBytes is the estimated memory of every open index (in use or
+	// idle), bounded by cfg.IndexMemory as far as idle ones can be closed.
+	indexBytes int64
 	// lacks holds the snapshots ("owner/name@commit") this worker found
 	// missing from its repositories, and when; heartbeats advertise them
 	// so that others pass such jobs on, and status shows them.
@@ -240,14 +258,15 @@ type farmWorker struct {
 type indexEntry struct {
 	ready chan struct{}
 	idx   *repoindex.Index
+	bytes int64 // idx.Bytes(), counted in farmWorker.indexBytes
 	err   error
 	refs  int
 }
 
 // index returns the shared index of a snapshot, building it once; release
 // drops the reference. An index no episode uses stays open among the
-// KeepIndexes most recently released ones, and the oldest beyond that is
-// closed.
+// KeepIndexes most recently released ones while the open indexes fit in
+// IndexMemory; beyond either bound the least recently used is closed.
 func (w *farmWorker) index(ctx context.Context, repo, commit string) (*repoindex.Index, func(), error) {
 	key := repo + "@" + commit
 	w.mu.Lock()
@@ -268,6 +287,14 @@ func (w *farmWorker) index(ctx context.Context, repo, commit string) (*repoindex
 			if w.cfg.OnIndex != nil {
 				w.cfg.OnIndex(time.Since(start), from, e.err)
 			}
+			if e.err == nil {
+				e.bytes = e.idx.Bytes()
+				w.mu.Lock()
+				w.indexBytes += e.bytes
+				evicted := w.evictLocked()
+				w.mu.Unlock()
+				w.closeAll(evicted)
+			}
 			close(e.ready)
 		}()
 	} else if e.refs == 0 {
@@ -286,25 +313,58 @@ func (w *farmWorker) index(ctx context.Context, repo, commit string) (*repoindex
 			delete(w.indexes, key)
 		default:
 			w.idle = append(w.idle, key)
-			for len(w.idle) > w.cfg.KeepIndexes {
-				oldest := w.idle[0]
-				w.idle = w.idle[1:]
-				evicted = append(evicted, w.indexes[oldest].idx)
-				delete(w.indexes, oldest)
-			}
+			evicted = w.evictLocked()
 		}
 		w.mu.Unlock()
-		// Closing flushes the search index: not while holding the lock
-		// every job and the heartbeat need.
-		for _, idx := range evicted {
-			idx.Close()
-		}
+		w.closeAll(evicted)
 	}
 	if e.err != nil {
 		release()
 		return nil, nil, e.err
 	}
 	return e.idx, release, nil
+}
+
+// evictLocked takes out of w.indexes the idle indexes beyond KeepIndexes
+// and, least recently used first, those that keep the open ones over
+// IndexMemory; the caller closes them after unlocking w.mu.
+func (w *farmWorker) evictLocked() []*repoindex.Index {
+	var evicted []*repoindex.Index
+	for len(w.idle) > 0 && (len(w.idle) > w.cfg.KeepIndexes || w.indexBytes > w.cfg.IndexMemory) {
+		oldest := w.idle[0]
+		w.idle = w.idle[1:]
+		e := w.indexes[oldest]
+		evicted = append(evicted, e.idx)
+		w.indexBytes -= e.bytes
+		delete(w.indexes, oldest)
+	}
+	return evicted
+}
+
+// closeAll closes evicted indexes and reports the open ones. Closing
+// flushes the search index: never while holding the lock every job and
+// the heartbeat need.
+func (w *farmWorker) closeAll(evicted []*repoindex.Index) {
+	for _, idx := range evicted {
+		idx.Close()
+	}
+	if w.cfg.OnIndexMemory != nil {
+		w.mu.Lock()
+		open, bytes, budget := w.indexMemory()
+		w.mu.Unlock()
+		w.cfg.OnIndexMemory(open, bytes, budget)
+	}
+}
+
+// indexMemory reports the open indexes: how many, their estimated bytes
+// and the budget. The caller holds w.mu.
+func (w *farmWorker) indexMemory() (open int, bytes, budget int64) {
+	for _, e := range w.indexes {
+		if e.idx != nil {
+			open++
+		}
+	}
+	return open, w.indexBytes, w.cfg.IndexMemory
 }
 
 // closeIndexes closes every index once no episode runs.
@@ -319,6 +379,7 @@ func (w *farmWorker) closeIndexes() {
 		delete(w.indexes, key)
 	}
 	w.idle = nil
+	w.indexBytes = 0
 }
 
 // handle runs one job and settles its message by the outcome.
@@ -563,6 +624,7 @@ func (w *farmWorker) heartbeat(ctx context.Context, done chan<- struct{}) {
 		w.mu.Lock()
 		hb := bus.Heartbeat{ID: w.cfg.WorkerID, Host: host, Active: w.active, Capacity: w.cfg.Concurrency, Done: w.done,
 			Version: w.cfg.Version, Policies: w.cfg.Policies.Offers(), Lacks: w.lacking(), Updated: time.Now().UTC()}
+		hb.Indexes, hb.IndexBytes, hb.IndexBudget = w.indexMemory()
 		w.mu.Unlock()
 		data, _ := json.Marshal(hb)
 		if _, err := w.cfg.Bus.Workers.Put(c, w.cfg.WorkerID, data); err != nil {

@@ -233,6 +233,87 @@ func TestIdleIndexesAreKeptUpToTheLimit(t *testing.T) {
 	}
 }
 
+// TestOpenIndexesStayWithinTheirMemoryBudget opens more snapshots than fit
+// in IndexMemory, one episode at a time: whenever an index is released the
+// open ones fit in the budget (the least recently used are closed first),
+// every report says so, and an index in use is never closed.
+func TestOpenIndexesStayWithinTheirMemoryBudget(t *testing.T) {
+	reposDir := t.TempDir()
+	r, err := repogen.Init(filepath.Join(reposDir, "o__r"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, err := r.Commit("", repogen.Change{Message: "root", Write: map[string]string{"pkg/n.py": "def g():\n    return 1\n"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var commits []string
+	for i := range 6 { // sibling snapshots of one size: the same files and history length, other values
+		c, err := r.Commit(root, repogen.Change{Message: fmt.Sprint("commit ", i),
+			Write: map[string]string{"pkg/m.py": fmt.Sprintf("def f():\n    return %d\n", i)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		commits = append(commits, c)
+	}
+	repos := gitrepo.NewSet(reposDir)
+	defer repos.Close()
+	ctx := context.Background()
+	opts := repoindex.BuildOptions{Languages: lang.NewSet(python.Language{})}
+	probe, err := repoindex.Build(ctx, repos, "o/r", commits[len(commits)-1], opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	size := probe.Bytes()
+	probe.Close()
+	budget := size*5/2 + 1 // two idle indexes fit, a third does not
+	type report struct {
+		open          int
+		bytes, budget int64
+	}
+	var reports []report
+	cfg := Config{Bus: &bus.Bus{}, Repos: repos, Index: opts, Policies: builtinPolicies(t), KeepIndexes: 10, IndexMemory: budget,
+		OnIndexMemory: func(open int, bytes, budget int64) { reports = append(reports, report{open, bytes, budget}) }}
+	if err := cfg.validate(); err != nil {
+		t.Fatal(err)
+	}
+	w := &farmWorker{cfg: cfg, indexes: map[string]*indexEntry{}}
+	defer w.closeIndexes()
+	for i, c := range commits {
+		idx, release, err := w.index(ctx, "o/r", c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(idx.Graph.Nodes) == 0 {
+			t.Fatal("an index in use has no graph")
+		}
+		release()
+		w.mu.Lock()
+		open, bytes, _ := w.indexMemory()
+		w.mu.Unlock()
+		if bytes > budget {
+			t.Errorf("after snapshot %d: %d open indexes hold %d bytes, over the budget of %d", i, open, bytes, budget)
+		}
+		if want := min(i+1, 2); open != want {
+			t.Errorf("after snapshot %d: %d indexes open, want %d (KeepIndexes 10, but only two fit)", i, open, want)
+		}
+	}
+	if _, ok := w.indexes["o/r@"+commits[0]]; ok {
+		t.Error("the least recently used index is still open")
+	}
+	if _, ok := w.indexes["o/r@"+commits[len(commits)-1]]; !ok {
+		t.Error("the most recently used index was closed")
+	}
+	if len(reports) != len(commits)*2 {
+		t.Fatalf("%d memory reports for %d opens and releases", len(reports), len(commits))
+	}
+	for i, r := range reports {
+		if r.budget != budget || (i%2 == 1 && r.bytes > budget) {
+			t.Errorf("report %d: %+v (budget %d)", i, r, budget)
+		}
+	}
+}
+
 // builtinPolicies is what a worker started without endpoint flags plays:
 // heuristic, and openai for no model.
 func builtinPolicies(tb testing.TB) *policy.Registry {

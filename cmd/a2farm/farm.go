@@ -139,6 +139,7 @@ func newWorkerCmd(e *env) *cobra.Command {
 	var cf cacheFlags
 	var reposDir, id string
 	var concurrency, keepIndexes int
+	indexMemory := byteSize(worker.DefaultIndexMemory)
 	var grace time.Duration
 	var localIndexes bool
 	cmd := &cobra.Command{
@@ -151,6 +152,9 @@ func newWorkerCmd(e *env) *cobra.Command {
 			}
 			if keepIndexes < 0 {
 				return usagef("--keep-indexes must be 0 or more, got %d", keepIndexes)
+			}
+			if indexMemory <= 0 {
+				return usagef("--index-memory must be above 0, got %s", indexMemory.String())
 			}
 			if keepIndexes == 0 {
 				keepIndexes = -1 // worker.Config's "none"; its zero means the default
@@ -172,9 +176,9 @@ func newWorkerCmd(e *env) *cobra.Command {
 			defer repos.Close()
 			e.log.Info().Int("concurrency", concurrency).Strs("policies", policies.Offers()).Msg("worker started")
 			return worker.Run(cmd.Context(), worker.Config{Bus: farm.bus, Repos: repos, Policies: policies, Index: opts,
-				Concurrency: concurrency, Grace: grace, KeepIndexes: keepIndexes, LocalIndexes: localIndexes, WorkerID: id,
+				Concurrency: concurrency, Grace: grace, KeepIndexes: keepIndexes, IndexMemory: int64(indexMemory), LocalIndexes: localIndexes, WorkerID: id,
 				Version: version(), Log: e.log,
-				OnTrajectory: farm.metrics.ObserveTrajectory, OnIndex: farm.metrics.IndexReady})
+				OnTrajectory: farm.metrics.ObserveTrajectory, OnIndex: farm.metrics.IndexReady, OnIndexMemory: farm.metrics.IndexMemory})
 		},
 	}
 	nf.bind(cmd)
@@ -186,6 +190,7 @@ func newWorkerCmd(e *env) *cobra.Command {
 	f.IntVar(&concurrency, "concurrency", 32, "episodes in flight")
 	f.DurationVar(&grace, "grace", 30*time.Second, "on SIGTERM, how long running episodes may finish before their jobs are handed back")
 	f.IntVar(&keepIndexes, "keep-indexes", 4, "snapshot indexes kept open after their last episode, for the next job on the same snapshot (0: none)")
+	f.Var(&indexMemory, "index-memory", "bound on the memory of the snapshot indexes held open (estimated); idle ones beyond it are closed, least recently used first")
 	f.BoolVar(&localIndexes, "local-indexes", false, "build every index here and share none; by default a snapshot is built by one worker of the farm and fetched by the rest")
 	f.StringVar(&id, "id", envOr("A2FARM_WORKER_ID", ""), "worker id (default host-pid)")
 	return cmd

@@ -47,6 +47,7 @@ func newIndexBuildCmd(e *env) *cobra.Command {
 			fmt.Fprintf(e.stdout, "  graph    %d nodes, %d edges\n", len(idx.Graph.Nodes), len(idx.Graph.Edges))
 			fmt.Fprintf(e.stdout, "  commits  %d (%d read from git, %d diffed; the rest from the repository's store)\n",
 				len(idx.Commits.Commits), idx.History.FromGit, idx.History.Diffed)
+			fmt.Fprintf(e.stdout, "  memory   ~%.1f MiB held open (estimate)\n", float64(idx.Bytes())/(1<<20))
 			fmt.Fprintf(e.stdout, "  chunks   %d (%s)\n", len(idx.Chunks.Chunks), idx.Engine)
 			for _, t := range idx.Timings {
 				fmt.Fprintf(e.stdout, "  %-8s %s\n", t.Part, t.Duration.Round(time.Millisecond))

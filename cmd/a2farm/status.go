@@ -149,13 +149,14 @@ func printStatus(w io.Writer, st *coordinator.FarmStatus) {
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	if len(st.Workers) > 0 {
-		fmt.Fprintln(tw, "WORKER\tHOST\tACTIVE\tDONE\tPOLICIES\tVERSION\tLAST SEEN")
+		fmt.Fprintln(tw, "WORKER\tHOST\tACTIVE\tDONE\tINDEXES\tPOLICIES\tVERSION\tLAST SEEN")
 		for _, hb := range st.Workers {
 			active := fmt.Sprintf("%d/%d", hb.Active, hb.Capacity)
 			if slices.Contains(st.Silent, hb.ID) {
 				active = "silent" // its last report is stale: it stopped or lost the server
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s ago\n", hb.ID, hb.Host, active, hb.Done,
+			indexes := fmt.Sprintf("%d (%.0f/%.0f MiB)", hb.Indexes, float64(hb.IndexBytes)/(1<<20), float64(hb.IndexBudget)/(1<<20))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s ago\n", hb.ID, hb.Host, active, hb.Done, indexes,
 				strings.Join(hb.Policies, ","), hb.Version, st.At.Sub(hb.Updated).Round(time.Second))
 		}
 	}

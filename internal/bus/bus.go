@@ -318,8 +318,13 @@ type Heartbeat struct {
 	Policies []string `json:"policies,omitempty"`
 	// Lacks are snapshots ("owner/name@commit") the worker was asked for
 	// recently and does not have.
-	Lacks   []string  `json:"lacks,omitempty"`
-	Updated time.Time `json:"updated"`
+	Lacks []string `json:"lacks,omitempty"`
+	// Indexes are the snapshot indexes the worker holds open, IndexBytes
+	// their estimated memory and IndexBudget its bound (--index-memory).
+	Indexes     int       `json:"indexes,omitempty"`
+	IndexBytes  int64     `json:"index_bytes,omitempty"`
+	IndexBudget int64     `json:"index_budget,omitempty"`
+	Updated     time.Time `json:"updated"`
 }
 
 // HeartbeatTTL is how long a worker's heartbeat lives.

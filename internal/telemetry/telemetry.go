@@ -32,6 +32,9 @@ type Metrics struct {
 	shardRows     prometheus.Counter
 	indexBuilds   *prometheus.HistogramVec
 	indexLoads    *prometheus.HistogramVec
+	indexesOpen   prometheus.Gauge
+	indexBytes    prometheus.Gauge
+	indexBudget   prometheus.Gauge
 }
 
 // New makes the instruments in a fresh registry, with the Go runtime and
@@ -63,9 +66,16 @@ func New() *Metrics {
 		indexLoads: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "a2farm_index_load_seconds",
 			Help:    "Snapshot indexes a worker loaded instead of building: from its host's cache or the farm's shared store (cache, shared).",
 			Buckets: buckets}, []string{"from"}),
+		indexesOpen: prometheus.NewGauge(prometheus.GaugeOpts{Name: "a2farm_worker_indexes_open",
+			Help: "Snapshot indexes the worker holds open (in use or kept for the next job)."}),
+		indexBytes: prometheus.NewGauge(prometheus.GaugeOpts{Name: "a2farm_worker_index_bytes",
+			Help: "Estimated memory of the worker's open indexes."}),
+		indexBudget: prometheus.NewGauge(prometheus.GaugeOpts{Name: "a2farm_worker_index_budget_bytes",
+			Help: "The worker's bound on the memory of open indexes (--index-memory)."}),
 	}
 	m.reg.MustRegister(m.episodes, m.turnLatency, m.toolLatency, m.policyLatency, m.policyErrors, m.tokens,
-		m.groups, m.shardRows, m.indexBuilds, m.indexLoads, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		m.groups, m.shardRows, m.indexBuilds, m.indexLoads, m.indexesOpen, m.indexBytes, m.indexBudget,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 
@@ -84,6 +94,14 @@ func (m *Metrics) IndexReady(took time.Duration, from string, err error) {
 	default:
 		m.indexLoads.WithLabelValues(from).Observe(took.Seconds())
 	}
+}
+
+// IndexMemory records a worker's open indexes: how many, their estimated
+// bytes and its budget.
+func (m *Metrics) IndexMemory(open int, bytes, budget int64) {
+	m.indexesOpen.Set(float64(open))
+	m.indexBytes.Set(float64(bytes))
+	m.indexBudget.Set(float64(budget))
 }
 
 // ObserveTrajectory counts a finished episode and its turns.

@@ -20,6 +20,15 @@ type BM25 struct {
 	avgLen   float64
 }
 
+// Bytes estimates the heap the index holds.
+func (b *BM25) Bytes() int64 {
+	n := int64(8 * len(b.lengths))
+	for term, ps := range b.postings {
+		n += 48 + int64(len(term)) + int64(8*len(ps))
+	}
+	return n
+}
+
 type posting struct {
 	doc int32
 	tf  float32

@@ -133,6 +133,10 @@ func (ci *ChunkIndex) index(withBM25 bool) {
 	ci.bm25 = NewBM25(docs)
 }
 
+// InMemory reports whether the chunks' texts are held in memory (a built
+// index, or the textbook engine) rather than read on demand.
+func (ci *ChunkIndex) InMemory() bool { return ci.texts != nil }
+
 // Text returns the text of chunk i.
 func (ci *ChunkIndex) Text(i int) string {
 	if ci.texts != nil {
@@ -238,6 +242,15 @@ func (ci *ChunkIndex) Search(engine, query string, k int) ([]Hit, error) {
 type NodeSearch struct {
 	ids  []codegraph.NodeID
 	bm25 *BM25
+}
+
+// Bytes estimates the heap the node search holds.
+func (ns *NodeSearch) Bytes() int64 {
+	n := int64(4 * len(ns.ids))
+	if ns.bm25 != nil {
+		n += ns.bm25.Bytes()
+	}
+	return n
 }
 
 // BuildNodeSearch indexes every non-test node id of g.

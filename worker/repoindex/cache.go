@@ -225,33 +225,20 @@ func (c *Cache) buildEntry(ctx context.Context, r *gitrepo.Repo, commit, repo st
 // the snapshot's history.
 func (c *Cache) open(ctx context.Context, r *gitrepo.Repo, repo, commit string, opts BuildOptions, dir string) (*Index, error) {
 	idx := &Index{Repo: repo, Commit: commit, Engine: opts.Engine, Cached: true}
-	type commits struct {
-		index *history.CommitIndex
-		stats history.ViewStats
-		took  time.Duration
-		err   error
-	}
-	done := make(chan commits, 1)
-	go func() {
-		start := time.Now()
-		ci, st, err := c.commits(ctx, r, repo, commit, opts)
-		done <- commits{ci, st, time.Since(start), err}
-	}()
+	wait := c.historyAsync(ctx, r, repo, commit, opts)
 	start := time.Now()
 	g, src, chunks, err := c.openParts(opts, dir)
-	h := <-done
 	if err != nil {
+		wait(nil)
 		return nil, err
 	}
 	idx.Graph, idx.Chunks = g, chunks
 	idx.release = append(idx.release, src.Close)
-	if h.err != nil {
-		idx.Close()
-		return nil, h.err
-	}
 	idx.timed("open", start)
-	idx.Commits, idx.History = h.index, h.stats
-	idx.Timings = append(idx.Timings, Timing{"commits", h.took})
+	if err := wait(idx); err != nil {
+		idx.Close()
+		return nil, err
+	}
 	start = time.Now()
 	idx.Summaries = summary.BuildSummaries(idx.Graph, idx.Commits, opts.Summaries)
 	idx.Nodes = codesearch.BuildNodeSearch(idx.Graph)

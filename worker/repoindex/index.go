@@ -181,33 +181,44 @@ func build(ctx context.Context, snap *gitrepo.Snapshot, repo string, opts BuildO
 // the snapshot's history (mostly waiting on git objects, one core) and its
 // sources, parse and graph (every core).
 func (c *Cache) assemble(ctx context.Context, snap *gitrepo.Snapshot, repo string, opts BuildOptions) (*Index, *codegraph.Snapshot, []*lang.File, error) {
-	type commits struct {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	wait := c.historyAsync(ctx, snap.Repo(), repo, snap.Commit(), opts)
+	idx, src, parsed, err := c.prepare(ctx, snap, repo, opts)
+	if err != nil {
+		cancel()
+		wait(idx)
+		return nil, nil, nil, err
+	}
+	if err := wait(idx); err != nil {
+		return nil, nil, nil, err
+	}
+	return idx, src, parsed, nil
+}
+
+// historyAsync derives a snapshot's history in the background; wait puts
+// it into idx (nil: only waits) and returns its error.
+func (c *Cache) historyAsync(ctx context.Context, r *gitrepo.Repo, repo, commit string, opts BuildOptions) (wait func(idx *Index) error) {
+	type result struct {
 		index *history.CommitIndex
 		stats history.ViewStats
 		took  time.Duration
 		err   error
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	done := make(chan commits, 1)
+	done := make(chan result, 1)
 	go func() {
 		start := time.Now()
-		ci, st, err := c.commits(ctx, snap.Repo(), repo, snap.Commit(), opts)
-		done <- commits{ci, st, time.Since(start), err}
+		ci, st, err := c.commits(ctx, r, repo, commit, opts)
+		done <- result{ci, st, time.Since(start), err}
 	}()
-	idx, src, parsed, err := c.prepare(ctx, snap, repo, opts)
-	if err != nil {
-		cancel()
-		<-done
-		return nil, nil, nil, err
+	return func(idx *Index) error {
+		h := <-done
+		if h.err == nil && idx != nil {
+			idx.Commits, idx.History = h.index, h.stats
+			idx.Timings = append(idx.Timings, Timing{"commits", h.took})
+		}
+		return h.err
 	}
-	h := <-done
-	if h.err != nil {
-		return nil, nil, nil, h.err
-	}
-	idx.Commits, idx.History = h.index, h.stats
-	idx.Timings = append(idx.Timings, Timing{"commits", h.took})
-	return idx, src, parsed, nil
 }
 
 // prepare reads the snapshot's sources, parses them (through the blob
