@@ -1,4 +1,7 @@
 # a2farm — run `make help` for the targets.
+# bash with pipefail: a benchmark piped into tee fails when it fails.
+SHELL       := /bin/bash
+.SHELLFLAGS := -o pipefail -c
 GO        ?= go
 BIN       := bin/a2farm
 RUN_DIR   ?= .run
@@ -61,6 +64,11 @@ bench-scale: ## a farm past one machine's worth of workers on loopback: 32 worke
 .PHONY: bench-branches
 bench-branches: ## independent samples vs branch rollouts on real repositories (heuristic over the OpenAI protocol, prefix-cache token counts; needs the repos in $(REPOS))
 	A2FARM_BENCH_BRANCHES=1 A2FARM_REPOS=$(abspath $(REPOS)) $(GO) test ./cmd/a2farm -run '^$$' -bench Branches -benchtime 1x -timeout 60m | tee $(RUN_DIR)/bench-branches.txt
+
+.PHONY: bench-big
+bench-big: ## big repositories as a new user meets them: cold and second-snapshot index builds, an opened index, a tool call, git log beside them, and localize on BENCH_DATASET (REPOS=DIR of owner__name repositories; fetches nothing)
+	A2FARM_BENCH_BIG=1 A2FARM_REPOS=$(abspath $(REPOS)) A2FARM_BENCH_DATASET=$(if $(BENCH_DATASET),$(abspath $(BENCH_DATASET))) \
+	  $(GO) test ./cmd/a2farm -run '^$$' -bench Big -benchtime 1x -timeout 60m | tee $(RUN_DIR)/bench-big.txt
 
 .PHONY: bench-farm-split
 bench-farm-split: ## farm vs localize with the worker on its own core and the NATS server on another (needs taskset)

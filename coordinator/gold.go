@@ -33,6 +33,12 @@ type GoldConfig struct {
 	Languages *lang.Set
 	// MaxEditFiles: instances editing more source files get null gold (0: no limit).
 	MaxEditFiles int
+	// ReferenceNulls: null gold where the reference generator fails
+	// (gold.Options.ReferenceNulls).
+	ReferenceNulls bool
+	// WithRequirements appends SWE-bench Pro's requirements and interface
+	// to each problem statement (dataset.Options.WithRequirements).
+	WithRequirements bool
 	// Concurrency bounds parallel extraction; 0 means GOMAXPROCS.
 	Concurrency int
 	// Progress, when set, is told about each finished instance; it is
@@ -95,7 +101,7 @@ func RunGold(ctx context.Context, cfg GoldConfig) (*GoldReport, error) {
 	}
 	repos := gitrepo.NewSet(cfg.ReposDir)
 	defer repos.Close()
-	ds, err := dataset.Load(ctx, cfg.Dataset, dataset.Options{Strict: cfg.Strict, Repos: repos})
+	ds, err := dataset.Load(ctx, cfg.Dataset, dataset.Options{Strict: cfg.Strict, Repos: repos, WithRequirements: cfg.WithRequirements})
 	if err != nil {
 		return nil, err
 	}
@@ -125,7 +131,7 @@ func RunGold(ctx context.Context, cfg GoldConfig) (*GoldReport, error) {
 	})
 	for range workers {
 		g.Go(func() error {
-			ex, err := gold.NewExtractor(gold.Options{Languages: cfg.Languages, MaxEditFiles: cfg.MaxEditFiles}, isNotFound)
+			ex, err := gold.NewExtractor(gold.Options{Languages: cfg.Languages, MaxEditFiles: cfg.MaxEditFiles, ReferenceNulls: cfg.ReferenceNulls}, isNotFound)
 			if err != nil {
 				return err
 			}

@@ -3,6 +3,7 @@ package schema
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -19,14 +20,16 @@ type Instance struct {
 }
 
 // PackageName is the prefix of the instance id before its first "_", which
-// the agent prompt uses as the package name.
+// the agent prompt uses as the package name, as the reference does
+// ("psf__requests-2317" → "psf"). SWE-bench Pro ids put "instance_" before
+// such an id ("instance_ansible__ansible-…"); it is skipped, so the package
+// is "ansible" rather than "instance".
 func (in Instance) PackageName() string {
-	for i := 0; i < len(in.InstanceID); i++ {
-		if in.InstanceID[i] == '_' {
-			return in.InstanceID[:i]
-		}
+	id := strings.TrimPrefix(in.InstanceID, "instance_")
+	if before, _, found := strings.Cut(id, "_"); found {
+		return before
 	}
-	return in.InstanceID
+	return id
 }
 
 // Gold is one row of a gt_location.jsonl file: the locations the gold

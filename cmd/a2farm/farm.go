@@ -27,6 +27,7 @@ type coordinatorOptions struct {
 	samples                   int
 	iteration                 int64
 	detach, strict, rerun     bool
+	withRequirements          bool
 	timeout                   time.Duration
 }
 
@@ -51,6 +52,7 @@ func newCoordinatorCmd(e *env) *cobra.Command {
 	f.BoolVar(&o.rerun, "rerun", false, "publish a new attempt of every job of a run that exists (by default a finished run publishes nothing, an unfinished one only its missing jobs)")
 	f.DurationVar(&o.timeout, "timeout", 0, "give up waiting after this long (0: wait until the run is complete; NATS outages are waited out)")
 	f.BoolVar(&o.strict, "strict", false, "fail on the first bad dataset row")
+	f.BoolVar(&o.withRequirements, "with-requirements", false, withRequirementsUsage)
 	return cmd
 }
 
@@ -71,7 +73,7 @@ func runCoordinator(ctx context.Context, e *env, o *coordinatorOptions) error {
 	}
 	defer farm.leave()
 	report, err := coordinator.RunGold(ctx, coordinator.GoldConfig{Dataset: o.datasetPath, ReposDir: o.reposDir,
-		Strict: o.strict, Languages: e.languages, MaxEditFiles: gold.DefaultMaxEditFiles, Log: e.log})
+		Strict: o.strict, WithRequirements: o.withRequirements, Languages: e.languages, MaxEditFiles: gold.DefaultMaxEditFiles, Log: e.log})
 	if err != nil {
 		return err
 	}

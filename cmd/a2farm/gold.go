@@ -25,6 +25,13 @@ gt_location.jsonl files (a class-body edit outside every method names the
 class; the generator's crash on added/deleted files is fixed). Rows are
 written in dataset order in the gt_location.jsonl format.
 
+Which gold to use: the default (the crash fixed) for training and for your
+own evaluations — an instance whose patch creates or deletes a .py file
+still gets its gold. --reference-nulls makes those instances null, exactly
+where the reference generator fails, so that eval scores the instance set
+the paper scored (its evaluation skips null rows): use it to reproduce
+published numbers.
+
 --repos holds one git repository per dataset repo, bare or not, named
 owner__name (e.g. psf__requests). --compare checks the result against a
 reference file and fails when any instance differs.`,
@@ -77,6 +84,7 @@ reference file and fails when any instance differs.`,
 	f.BoolVar(&cfg.Strict, "strict", false, "fail on the first bad dataset row instead of skipping it")
 	f.IntVar(&cfg.MaxEditFiles, "max-edit-files", gold.DefaultMaxEditFiles, "null gold for instances editing more .py files (0: no limit)")
 	f.IntVar(&cfg.Concurrency, "concurrency", 0, "parallel extractions (0: one per CPU)")
+	f.BoolVar(&cfg.ReferenceNulls, "reference-nulls", false, "null gold where the reference generator fails (a patch that creates or deletes a .py file), to score the paper's instance set")
 	f.StringVar(&compare, "compare", "", "reference gt_location.jsonl to compare with (exit 1 on any difference)")
 	f.BoolVarP(&quiet, "quiet", "q", false, "no progress output")
 	return cmd

@@ -8,6 +8,10 @@ import (
 	"github.com/a2farm/a2farm/schema"
 )
 
+// withRequirementsUsage explains --with-requirements, which every command
+// that plays a dataset shares.
+const withRequirementsUsage = "append SWE-bench Pro's requirements and interface to each problem statement; they name the files to change, so this leaks the answer (the paper's agent sees the problem statement alone)"
+
 // goldFlags say where labelling commands (replay, report) find gold: a
 // gt_location.jsonl file, or a dataset whose patches are extracted.
 type goldFlags struct {

@@ -16,7 +16,7 @@ func newLocalizeCmd(e *env) *cobra.Command {
 	var (
 		datasetPath, reposDir, out  string
 		samples, limit, concurrency int
-		strict                      bool
+		strict, withRequirements    bool
 		cf                          cacheFlags
 		rf                          runFlags
 		ef                          endpointFlags
@@ -53,7 +53,7 @@ found_modules, found_entities, raw_output). Score them with a2farm eval.`,
 			}
 			repos := gitrepo.NewSet(reposDir)
 			defer repos.Close()
-			ds, err := dataset.Load(cmd.Context(), datasetPath, dataset.Options{Strict: strict, Repos: repos})
+			ds, err := dataset.Load(cmd.Context(), datasetPath, dataset.Options{Strict: strict, Repos: repos, WithRequirements: withRequirements})
 			if err != nil {
 				return err
 			}
@@ -92,6 +92,7 @@ found_modules, found_entities, raw_output). Score them with a2farm eval.`,
 	f.IntVar(&limit, "limit", 0, "run only the first K instances (0: all)")
 	f.IntVar(&concurrency, "concurrency", 4, "episodes in flight")
 	f.BoolVar(&strict, "strict", false, "fail on the first bad dataset row")
+	f.BoolVar(&withRequirements, "with-requirements", false, withRequirementsUsage)
 	cf.bind(cmd)
 	rf.bind(cmd, "heuristic")
 	ef.bind(cmd)

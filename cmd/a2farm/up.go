@@ -34,7 +34,7 @@ type upOptions struct {
 	out, datasetPath, reposDir, runID string
 	httpAddr                          string
 	samples, workers, concurrency     int
-	localIndexes                      bool
+	localIndexes, withRequirements    bool
 	run                               runFlags
 	endpoints                         endpointFlags
 	cache                             cacheFlags
@@ -66,6 +66,7 @@ after it until interrupted.`,
 	f.IntVar(&o.samples, "samples", 4, "rollouts per instance")
 	f.IntVar(&o.workers, "workers", 2, "workers in this process")
 	f.IntVar(&o.concurrency, "concurrency", 8, "episodes in flight per worker")
+	f.BoolVar(&o.withRequirements, "with-requirements", false, withRequirementsUsage)
 	f.BoolVar(&o.localIndexes, "local-indexes", false, "every worker builds its own indexes instead of sharing them through the farm's store")
 	o.run.bind(cmd, "heuristic")
 	o.endpoints.bind(cmd)
@@ -160,7 +161,7 @@ func runUp(ctx context.Context, e *env, o *upOptions) error {
 	defer stopPage()
 
 	report, err := coordinator.RunGold(ctx, coordinator.GoldConfig{Dataset: o.datasetPath, ReposDir: o.reposDir,
-		Languages: e.languages, MaxEditFiles: gold.DefaultMaxEditFiles, Log: e.log})
+		WithRequirements: o.withRequirements, Languages: e.languages, MaxEditFiles: gold.DefaultMaxEditFiles, Log: e.log})
 	if err != nil {
 		return err
 	}

@@ -47,6 +47,11 @@ type Options struct {
 	Strict bool
 	// Repos, when set, must know every row's repository and base commit.
 	Repos RepoChecker
+	// WithRequirements appends a row's requirements and interface fields
+	// (SWE-bench Pro's) to its problem statement. They name the files and
+	// functions to change, so they leak the answer: the paper's agent
+	// sees the problem statement alone, the default.
+	WithRequirements bool
 }
 
 // Result is a loaded dataset.
@@ -120,7 +125,7 @@ func validateAll(ctx context.Context, rows []rawRow, opts Options) (*Result, err
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		inst, rerr := validate(ctx, row, seen, opts.Repos)
+		inst, rerr := validate(ctx, row, seen, opts.Repos, opts.WithRequirements)
 		if rerr != nil {
 			if opts.Strict {
 				return nil, rerr
@@ -145,7 +150,7 @@ var (
 // required are the fields every row must carry, as non-empty strings.
 var required = []string{"instance_id", "repo", "base_commit", "problem_statement", "patch"}
 
-func validate(ctx context.Context, row rawRow, seen map[string]int, repos RepoChecker) (schema.Instance, *RowError) {
+func validate(ctx context.Context, row rawRow, seen map[string]int, repos RepoChecker, withRequirements bool) (schema.Instance, *RowError) {
 	fail := func(id, format string, args ...any) (schema.Instance, *RowError) {
 		return schema.Instance{}, &RowError{Line: row.line, InstanceID: id, Reason: fmt.Sprintf(format, args...)}
 	}
@@ -198,10 +203,29 @@ func validate(ctx context.Context, row rawRow, seen map[string]int, repos RepoCh
 		ProblemStatement: values["problem_statement"],
 		Patch:            values["patch"],
 	}
+	if withRequirements {
+		inst.ProblemStatement = appendRequirements(inst.ProblemStatement, row.fields)
+	}
 	if len(extra) > 0 {
 		inst.Extra, _ = json.Marshal(extra) // keys sorted: stable output
 	}
 	return inst, nil
+}
+
+// appendRequirements adds a SWE-bench Pro row's requirements and interface
+// to its problem statement, under the headings SWE-bench Pro's own agent
+// set-up uses.
+func appendRequirements(problem string, fields map[string]json.RawMessage) string {
+	for _, part := range []struct{ key, heading string }{
+		{"requirements", "Requirements:"},
+		{"interface", "New interfaces introduced:"},
+	} {
+		var text string
+		if raw, ok := fields[part.key]; ok && json.Unmarshal(raw, &text) == nil && strings.TrimSpace(text) != "" {
+			problem += "\n\n" + part.heading + "\n" + strings.TrimSpace(text)
+		}
+	}
+	return problem
 }
 
 func isRequired(key string) bool {

@@ -142,3 +142,33 @@ func TestEmptyDatasetIsAnError(t *testing.T) {
 		}
 	}
 }
+
+// TestSWEBenchProRows reads rows in SWE-bench Pro's published format: the
+// agent gets the problem statement alone unless WithRequirements appends
+// the requirements and the interface; the package name skips "instance_".
+func TestSWEBenchProRows(t *testing.T) {
+	row := `{"instance_id": "instance_ansible__ansible-f327e65d11bb905ed9f15996024f857a95592629-vba6da65a0f3baefda7a058ebbd0a8dcafb8512f5", "repo": "ansible/ansible", "base_commit": "f533d46572113655a0a698beab4b38671744a458", "patch": "diff --git a/x.py b/x.py\n", "test_patch": "", "problem_statement": "Names may be keywords.", "requirements": "- is_python_identifier must reject keywords", "interface": "Type: Function\nName: is_python_identifier", "repo_language": "python"}` + "\n"
+	for _, tc := range []struct {
+		with bool
+		want string
+	}{
+		{false, "Names may be keywords."},
+		{true, "Names may be keywords.\n\nRequirements:\n- is_python_identifier must reject keywords\n\nNew interfaces introduced:\nType: Function\nName: is_python_identifier"},
+	} {
+		res, err := Read(context.Background(), strings.NewReader(row), Options{Strict: true, WithRequirements: tc.with})
+		if err != nil {
+			t.Fatal(err)
+		}
+		in := res.Instances[0]
+		if in.ProblemStatement != tc.want {
+			t.Errorf("with requirements %v: problem statement %q, want %q", tc.with, in.ProblemStatement, tc.want)
+		}
+		if in.PackageName() != "ansible" || in.Repo != "ansible/ansible" {
+			t.Errorf("package %q, repo %q", in.PackageName(), in.Repo)
+		}
+		var extra map[string]any
+		if err := json.Unmarshal(in.Extra, &extra); err != nil || extra["repo_language"] != "python" || extra["requirements"] == nil {
+			t.Errorf("extra fields not kept: %s", in.Extra)
+		}
+	}
+}

@@ -35,6 +35,12 @@ type Options struct {
 	// MaxEditFiles: instances that edit more source files get null gold.
 	// Zero means no limit.
 	MaxEditFiles int
+	// ReferenceNulls gives null gold exactly where the reference generator
+	// fails — a patch that creates or deletes a source file — so that an
+	// evaluation skips the instances the paper's evaluation skipped. Off,
+	// the missing side of such a file is an empty file and the instance
+	// gets its gold (what training wants).
+	ReferenceNulls bool
 }
 
 // FileReader reads a file of the repository at the instance's base commit.
@@ -112,6 +118,18 @@ func (e *Extractor) Extract(inst schema.Instance, src FileReader) (Result, error
 	case e.opts.MaxEditFiles > 0 && len(sources) > e.opts.MaxEditFiles:
 		res.NullReason = fmt.Sprintf("the patch edits %d %s files (limit %d)", len(sources), exts, e.opts.MaxEditFiles)
 		return res, nil
+	}
+	if e.opts.ReferenceNulls {
+		for _, fp := range sources {
+			if fp.Added() || fp.Deleted() {
+				verb := "creates"
+				if fp.Deleted() {
+					verb = "deletes"
+				}
+				res.NullReason = fmt.Sprintf("the patch %s %s, where the reference generator fails (--reference-nulls)", verb, fp.Path())
+				return res, nil
+			}
+		}
 	}
 	changes := make([]schema.FileChange, 0, len(sources))
 	for _, fp := range sources {

@@ -291,6 +291,40 @@ func TestExtractNullGold(t *testing.T) {
 	})
 }
 
+// TestReferenceNulls: with ReferenceNulls an instance is null exactly where
+// the reference generator fails — its patch creates or deletes a .py file —
+// and only there; without it the same instances get their gold.
+func TestReferenceNulls(t *testing.T) {
+	base := map[string]string{"pkg/old.py": "def gone():\n    return 1\n", "pkg/keep.py": "def f():\n    return 1\n"}
+	for _, tc := range []struct {
+		name, reason string
+		fix          map[string]string
+	}{
+		{"a created file", "creates pkg/new.py", map[string]string{"pkg/new.py": "def fresh():\n    return 2\n", "pkg/keep.py": "def f():\n    return 2\n"}},
+		{"a deleted file", "deletes pkg/old.py", map[string]string{"pkg/old.py": ""}},
+		{"edits only", "", map[string]string{"pkg/keep.py": "def f():\n    return 2\n"}},
+		{"a created non-source file", "", map[string]string{"docs/new.md": "new\n", "pkg/keep.py": "def f():\n    return 2\n"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			inst, src := fixture(t, base, tc.fix)
+			fixed, err := newExtractor(t, Options{}).Extract(inst, src)
+			if err != nil || fixed.NullReason != "" {
+				t.Fatalf("without reference nulls: %q, %v; want gold", fixed.NullReason, err)
+			}
+			ref, err := newExtractor(t, Options{ReferenceNulls: true}).Extract(inst, src)
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch {
+			case tc.reason == "" && (ref.NullReason != "" || !reflect.DeepEqual(ref.Gold, fixed.Gold)):
+				t.Errorf("reference nulls changed an instance the reference handles: %q %+v", ref.NullReason, ref.Gold.FileChanges)
+			case tc.reason != "" && (ref.Gold.FileChanges != nil || !strings.Contains(ref.NullReason, tc.reason)):
+				t.Errorf("reference nulls: %q %+v; want null because the patch %s", ref.NullReason, ref.Gold.FileChanges, tc.reason)
+			}
+		})
+	}
+}
+
 // TestExtractHonoursHunkOffsets moves the base file down by three lines
 // after the patch was made; the hunks then apply at an offset, and line
 // numbers must follow them, as with GNU patch.

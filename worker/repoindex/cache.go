@@ -89,8 +89,10 @@ func (c *Cache) snapshotDir(repo, commit, engine string) string {
 	return filepath.Join(c.root, "snapshots", gitrepo.DirName(repo), commit+"-"+engine)
 }
 
-// index returns the cached index of a snapshot, building it first when it
-// is missing (or was built for another engine).
+// index returns the index of a snapshot, one way whatever happens first:
+// an entry is made in the cache when it is missing (fetched from the farm,
+// or built), then the entry is opened (open). The index a build makes in
+// memory is never handed out: every user reads the same entry.
 func (c *Cache) index(ctx context.Context, r *gitrepo.Repo, repo, commit string, opts BuildOptions) (*Index, error) {
 	dir := c.snapshotDir(repo, commit, opts.Engine)
 	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
@@ -98,35 +100,86 @@ func (c *Cache) index(ctx context.Context, r *gitrepo.Repo, repo, commit string,
 	}
 	// Users hold a shared lock on <entry>.lock while the index is open, so
 	// eviction (exclusive, non-blocking) leaves it be. A missing entry is
-	// built under a separate exclusive <entry>.build.lock, never by
+	// made under a separate exclusive <entry>.build.lock, never by
 	// upgrading the shared lock: an upgrade would wait for every other
 	// user to close their index.
 	lock, err := lockFile(dir+".lock", syscall.LOCK_SH)
 	if err != nil {
 		return nil, err
 	}
-	if idx, ok := c.tryLoad(ctx, r, repo, commit, opts, dir); ok {
-		idx.release = append(idx.release, lock.Close)
-		c.touch(dir)
-		return idx, nil
+	var m made
+	if !c.complete(dir, opts) {
+		build, err := lockFile(dir+".build.lock", syscall.LOCK_EX)
+		if err != nil {
+			lock.Close()
+			return nil, err
+		}
+		m, err = c.make(ctx, r, repo, commit, opts, dir)
+		build.Close()
+		if err != nil {
+			lock.Close()
+			return nil, err
+		}
 	}
-	build, err := lockFile(dir+".build.lock", syscall.LOCK_EX)
+	idx, err := c.open(ctx, r, repo, commit, opts, dir)
 	if err != nil {
 		lock.Close()
 		return nil, err
 	}
-	idx, err := c.loadOrBuild(ctx, r, repo, commit, opts, dir)
-	build.Close()
-	if err != nil {
-		lock.Close()
-		return nil, err
-	}
+	m.stamp(idx)
 	idx.release = append(idx.release, lock.Close)
 	c.touch(dir)
-	if !idx.Cached {
+	if m.source != "" { // the cache grew
 		c.evict(dir)
 	}
 	return idx, nil
+}
+
+// made says how an entry came to be for this call: built here, fetched
+// from the farm, or found made (by another process while this one waited).
+type made struct {
+	source   string
+	timings  []Timing
+	history  history.ViewStats
+	shareErr error
+	blobs    []parsedBlob // the parse results a shared bundle carries
+}
+
+// stamp tells an opened index how its entry was made.
+func (m made) stamp(idx *Index) {
+	switch m.source {
+	case SourceBuilt:
+		idx.Cached = false
+		var opened time.Duration
+		for _, t := range idx.Timings {
+			opened += t.Duration
+		}
+		idx.Timings = append(m.timings, Timing{"open", opened}) // the built entry, opened as every user opens it
+		idx.History = m.history
+		idx.ShareErr = m.shareErr
+	case SourceShared:
+		idx.Fetched = true
+	}
+}
+
+// complete reports whether the entry at dir is whole and made for these
+// options.
+func (c *Cache) complete(dir string, opts BuildOptions) bool {
+	meta, err := readMeta(dir)
+	return err == nil && meta.Version == Version && meta.Engine == opts.Engine && meta.Languages == opts.Languages.Key()
+}
+
+// make makes a missing entry: fetched from the farm's shared store (or
+// built and shared there), else built here. The caller holds the build
+// lock.
+func (c *Cache) make(ctx context.Context, r *gitrepo.Repo, repo, commit string, opts BuildOptions, dir string) (made, error) {
+	if c.complete(dir, opts) {
+		return made{}, nil // made by another process while we waited
+	}
+	if opts.Shared != nil {
+		return c.fromShared(ctx, r, repo, commit, opts, dir)
+	}
+	return c.buildEntry(ctx, r, commit, repo, opts, dir)
 }
 
 // installEntry puts a finished entry, built or fetched into tmp, in place
@@ -147,74 +200,56 @@ func (c *Cache) touch(dir string) {
 	_ = os.Chtimes(filepath.Join(dir, "meta.json"), now, now)
 }
 
-// tryLoad loads a complete entry made for these options.
-func (c *Cache) tryLoad(ctx context.Context, r *gitrepo.Repo, repo, commit string, opts BuildOptions, dir string) (*Index, bool) {
-	meta, err := readMeta(dir)
-	if err != nil || meta.Version != Version || meta.Engine != opts.Engine || meta.Languages != opts.Languages.Key() {
-		return nil, false
-	}
-	idx, err := c.open(ctx, r, repo, commit, opts, dir)
-	if err != nil {
-		return nil, false // a damaged entry is rebuilt rather than trusted
-	}
-	return idx, true
-}
-
-func (c *Cache) loadOrBuild(ctx context.Context, r *gitrepo.Repo, repo, commit string, opts BuildOptions, dir string) (*Index, error) {
-	if idx, ok := c.tryLoad(ctx, r, repo, commit, opts, dir); ok {
-		return idx, nil // built by another process while we waited
-	}
-	if opts.Shared != nil {
-		return c.fromShared(ctx, r, repo, commit, opts, dir)
-	}
-	return c.buildEntry(ctx, r, commit, repo, opts, dir)
-}
-
-// buildEntry builds a snapshot's index into a temporary folder and
-// installs it as the entry at dir.
-func (c *Cache) buildEntry(ctx context.Context, r *gitrepo.Repo, commit, repo string, opts BuildOptions, dir string) (*Index, error) {
+// buildEntry builds a snapshot's index into a temporary folder, writes
+// it as an entry and installs the entry at dir.
+func (c *Cache) buildEntry(ctx context.Context, r *gitrepo.Repo, commit, repo string, opts BuildOptions, dir string) (made, error) {
 	snap, err := r.At(commit)
 	if err != nil {
-		return nil, err
+		return made{}, err
 	}
 	tmp, err := os.MkdirTemp(filepath.Dir(dir), filepath.Base(dir)+".tmp-*")
 	if err != nil {
-		return nil, err
+		return made{}, err
 	}
 	defer os.RemoveAll(tmp)
 	idx, err := build(ctx, snap, repo, opts, tmp, c)
 	if err != nil {
-		return nil, err
+		return made{}, err
 	}
-	if err := idx.Chunks.Close(); err != nil { // reopened from the final place below
-		return nil, err
+	defer idx.Close()
+	if err := idx.writeEntry(tmp, opts); err != nil {
+		return made{}, err
 	}
-	meta := snapshotMeta{Version: Version, Repo: repo, Commit: idx.Commit, Engine: opts.Engine, Languages: opts.Languages.Key(),
-		Files: len(idx.Graph.Files()), Chunks: len(idx.Chunks.Chunks), Built: time.Now().UTC()}
-	if err := writeGob(filepath.Join(tmp, "chunks.gob"), idx.Chunks.Chunks); err != nil {
-		return nil, err
+	if err := installEntry(tmp, dir); err != nil {
+		return made{}, err
+	}
+	return made{source: SourceBuilt, timings: idx.Timings, history: idx.History, blobs: idx.blobs}, nil
+}
+
+// writeEntry writes a built index's entry files into dir: the graph, the
+// sources, the chunks, meta.json last (an entry without it is not one);
+// the bleve index is already there.
+func (idx *Index) writeEntry(dir string, opts BuildOptions) error {
+	if err := idx.Chunks.Close(); err != nil { // flushed before the folder moves
+		return err
+	}
+	if err := writeGob(filepath.Join(dir, "chunks.gob"), idx.Chunks.Chunks); err != nil {
+		return err
 	}
 	var graph bytes.Buffer
 	if err := idx.Graph.WriteBinary(&graph); err != nil {
-		return nil, err
+		return err
 	}
-	if err := os.WriteFile(graphPath(tmp), graph.Bytes(), 0o644); err != nil {
-		return nil, err
+	if err := os.WriteFile(graphPath(dir), graph.Bytes(), 0o644); err != nil {
+		return err
 	}
-	if err := writeSources(sourcesPath(tmp), idx.Graph.Files()); err != nil {
-		return nil, err
+	if err := writeSources(sourcesPath(dir), idx.Graph.Files()); err != nil {
+		return err
 	}
+	meta := snapshotMeta{Version: Version, Repo: idx.Repo, Commit: idx.Commit, Engine: opts.Engine, Languages: opts.Languages.Key(),
+		Files: len(idx.Graph.Files()), Chunks: len(idx.Chunks.Chunks), Built: time.Now().UTC()}
 	data, _ := json.MarshalIndent(meta, "", "  ")
-	if err := os.WriteFile(filepath.Join(tmp, "meta.json"), data, 0o644); err != nil {
-		return nil, err
-	}
-	if err := installEntry(tmp, dir); err != nil {
-		return nil, err
-	}
-	if err := idx.openChunkIndex(dir, false); err != nil {
-		return nil, err
-	}
-	return idx, nil
+	return os.WriteFile(filepath.Join(dir, "meta.json"), data, 0o644)
 }
 
 // open opens a cache entry without decoding it: the graph (files, nodes
@@ -275,12 +310,8 @@ func (c *Cache) openParts(opts BuildOptions, dir string) (*codegraph.Graph, *ent
 	return g, src, codesearch.OpenChunkIndex(g, chunks, opts.Engine == codesearch.EngineBM25), nil
 }
 
-// parseAll parses files, reusing cached results by blob id; a nil cache
-// parses everything.
+// parseAll parses files, reusing cached results by blob id.
 func (c *Cache) parseAll(ctx context.Context, l *lang.Set, files []codegraph.SourceFile) ([]*lang.File, error) {
-	if c == nil {
-		return codegraph.ParseAll(ctx, l, files)
-	}
 	out := make([]*lang.File, len(files))
 	var missing []int
 	for i, f := range files {
@@ -331,11 +362,8 @@ func readerKey(langs *lang.Set, path string) string {
 }
 
 // historyStore returns the commit store of a repository, opened once per
-// process; without a cache it lives in memory for one build.
+// process.
 func (c *Cache) historyStore(repo string) (*history.Store, error) {
-	if c == nil {
-		return history.OpenStore("")
-	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if s, ok := c.stores[repo]; ok {

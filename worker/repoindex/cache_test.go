@@ -179,21 +179,28 @@ func TestCacheEvictsLeastRecentlyUsed(t *testing.T) {
 // skeletons parse the file again.
 func TestOpenedIndexEqualsBuilt(t *testing.T) {
 	repos, first, _ := twoCommits(t)
-	opts := BuildOptions{Languages: lang.NewSet(python.Language{})}
-	built, err := Build(context.Background(), repos, "o/r", first, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer built.Close()
 	dir := t.TempDir()
 	cache, err := OpenCache(dir, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts.Cache = cache
+	opts := BuildOptions{Languages: lang.NewSet(python.Language{}), Engine: DefaultEngine, Cache: cache}
+	// The index a build makes in memory, which no caller sees.
+	snap, err := repos.At("o/r", first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	built, err := build(context.Background(), snap, "o/r", opts, t.TempDir(), cache)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer built.Close()
 	if idx, err := Build(context.Background(), repos, "o/r", first, opts); err != nil {
 		t.Fatal(err)
 	} else {
+		if idx.Cached || idx.Source() != SourceBuilt {
+			t.Errorf("the first open says it came from %s", idx.Source())
+		}
 		idx.Close()
 	}
 	check := func(label string) {

@@ -118,8 +118,10 @@ func (idx *Index) timed(part string, start time.Time) {
 	idx.Timings = append(idx.Timings, Timing{part, time.Since(start)})
 }
 
-// Build reads the snapshot of repo at commit from repos and builds its
-// indexes, through the cache when opts.Cache is set.
+// Build returns the indexes of repo at commit: the cache entry opened
+// (opts.Cache, or a temporary cache of the index's own), made first —
+// fetched from the farm (opts.Shared) or built from repos — when it is
+// missing.
 func Build(ctx context.Context, repos *gitrepo.Set, repo, commit string, opts BuildOptions) (*Index, error) {
 	if opts.Engine == "" {
 		opts.Engine = DefaultEngine
@@ -145,26 +147,26 @@ func Build(ctx context.Context, repos *gitrepo.Set, repo, commit string, opts Bu
 	if opts.Cache != nil {
 		return opts.Cache.index(ctx, r, repo, commit, opts)
 	}
-	snap, err := r.At(commit)
-	if err != nil {
-		return nil, err
-	}
+	// Without a cache the index goes the same way through a cache of its
+	// own, removed when the index is closed.
 	tmp, err := os.MkdirTemp("", "a2farm-index-*")
 	if err != nil {
 		return nil, err
 	}
-	idx, err := build(ctx, snap, repo, opts, tmp, nil)
-	if err != nil {
-		os.RemoveAll(tmp)
-		return nil, err
+	c, err := OpenCache(tmp, 0)
+	if err == nil {
+		var idx *Index
+		if idx, err = c.index(ctx, r, repo, commit, opts); err == nil {
+			idx.release = append(idx.release, func() error { return os.RemoveAll(tmp) })
+			return idx, nil
+		}
 	}
-	idx.release = append(idx.release, func() error { return os.RemoveAll(tmp) })
-	return idx, nil
+	os.RemoveAll(tmp)
+	return nil, err
 }
 
-// build makes every part of the index; on-disk parts go into dir. With a
-// cache, parse results and commit file lists are reused by blob and
-// commit id.
+// build makes every part of the index in memory, the bleve index in dir;
+// parse results are reused from the cache by blob.
 func build(ctx context.Context, snap *gitrepo.Snapshot, repo string, opts BuildOptions, dir string, c *Cache) (*Index, error) {
 	idx, src, parsed, err := c.assemble(ctx, snap, repo, opts)
 	if err != nil {
@@ -226,26 +228,17 @@ func (c *Cache) historyAsync(ctx context.Context, r *gitrepo.Repo, repo, commit 
 func (c *Cache) prepare(ctx context.Context, snap *gitrepo.Snapshot, repo string, opts BuildOptions) (*Index, *codegraph.Snapshot, []*lang.File, error) {
 	idx := &Index{Repo: repo, Commit: snap.Commit(), Engine: opts.Engine}
 	start := time.Now()
-	var src *codegraph.Snapshot
-	var parsed []*lang.File
-	var err error
-	if c == nil {
-		// Nothing cached to reuse: parse each file as it is read.
-		if src, parsed, err = codegraph.ParseSnapshot(ctx, opts.Languages, repo, snap); err != nil {
-			return nil, nil, nil, fmt.Errorf("load %s@%s: %w", repo, snap.Commit(), err)
-		}
-		idx.Timings = append(idx.Timings, Timing{"read", src.ReadTime}, Timing{"parse", time.Since(start) - src.ReadTime})
-	} else {
-		if src, err = codegraph.LoadSnapshot(ctx, opts.Languages, repo, snap); err != nil {
-			return nil, nil, nil, fmt.Errorf("load %s@%s: %w", repo, snap.Commit(), err)
-		}
-		idx.timed("read", start)
-		start = time.Now()
-		if parsed, err = c.parseAll(ctx, opts.Languages, src.Files); err != nil {
-			return nil, nil, nil, err
-		}
-		idx.timed("parse", start)
+	src, err := codegraph.LoadSnapshot(ctx, opts.Languages, repo, snap)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("load %s@%s: %w", repo, snap.Commit(), err)
 	}
+	idx.timed("read", start)
+	start = time.Now()
+	parsed, err := c.parseAll(ctx, opts.Languages, src.Files)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	idx.timed("parse", start)
 	for _, f := range src.Files {
 		idx.blobs = append(idx.blobs, parsedBlob{readerKey(opts.Languages, f.Path), f.Blob})
 	}
@@ -269,7 +262,11 @@ func (idx *Index) openChunkIndex(dir string, build bool) error {
 	} else {
 		err = idx.Chunks.OpenBleve(filepath.Join(dir, "chunks.bleve"))
 	}
-	idx.timed("bleve", start)
+	if build {
+		idx.timed("bleve", start)
+	} else {
+		idx.timed("bleve open", start)
+	}
 	return err
 }
 

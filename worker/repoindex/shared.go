@@ -53,21 +53,15 @@ func historyKey(repo string) string { return fmt.Sprintf("v%d/history/%s", Versi
 // it waits for that bundle; if the builder dies, its claim lapses and a
 // waiter builds instead. Sharing failures never fail the index: the
 // worker builds for itself.
-func (c *Cache) fromShared(ctx context.Context, r *gitrepo.Repo, repo, commit string, opts BuildOptions, dir string) (*Index, error) {
+func (c *Cache) fromShared(ctx context.Context, r *gitrepo.Repo, repo, commit string, opts BuildOptions, dir string) (made, error) {
 	key := sharedKey(repo, commit, opts)
-	fetch := func() (*Index, bool) {
-		if found, err := c.fetch(ctx, opts.Shared, key, dir); err != nil || !found {
-			return nil, false
-		}
-		idx, ok := c.tryLoad(ctx, r, repo, commit, opts, dir)
-		if ok {
-			idx.Fetched = true
-		}
-		return idx, ok
+	fetch := func() bool {
+		found, err := c.fetch(ctx, opts.Shared, key, dir)
+		return err == nil && found && c.complete(dir, opts)
 	}
 	for {
-		if idx, ok := fetch(); ok {
-			return idx, nil
+		if fetch() {
+			return made{source: SourceShared}, nil
 		}
 		held, release, err := opts.Shared.Claim(ctx, key)
 		if err != nil {
@@ -75,20 +69,20 @@ func (c *Cache) fromShared(ctx context.Context, r *gitrepo.Repo, repo, commit st
 		}
 		if held {
 			// The bundle may have landed between the look and the claim.
-			if idx, ok := fetch(); ok {
+			if fetch() {
 				release()
-				return idx, nil
+				return made{source: SourceShared}, nil
 			}
-			idx, err := c.buildEntry(ctx, r, commit, repo, opts, dir)
+			m, err := c.buildEntry(ctx, r, commit, repo, opts, dir)
 			if err == nil {
-				idx.ShareErr = c.share(ctx, opts.Shared, key, dir, idx.blobs)
+				m.shareErr = c.share(ctx, opts.Shared, key, dir, m.blobs)
 			}
 			release()
-			return idx, err
+			return m, err
 		}
 		select {
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return made{}, ctx.Err()
 		case <-time.After(sharedPoll):
 		}
 	}
