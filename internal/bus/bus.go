@@ -489,15 +489,15 @@ func (b *Bus) deadLetter(ctx context.Context, dl DeadLetter) error {
 	if dl.Reason != "" {
 		why = dl.Reason
 	}
-	if err := b.PublishTrajectory(ctx, job.InfraError(why, dl.At)); err != nil {
-		return err
-	}
+	// The dead letter is stored first: whoever sees the job's trajectory
+	// can count on its dead letter (both publishes deduplicate, so a
+	// retry after a failure between them stores neither twice).
 	data, _ := json.Marshal(dl)
 	if _, err := b.js.Publish(ctx, deadPrefix+subjectToken(job.RunID), data,
 		jetstream.WithMsgID(fmt.Sprintf("dead/%s#%d", job.JobID, job.Attempt))); err != nil {
 		return fmt.Errorf("store dead letter of %s: %w", job.JobID, err)
 	}
-	return nil
+	return b.PublishTrajectory(ctx, job.InfraError(why, dl.At))
 }
 
 // AckWait is how long a delivered job may go without an acknowledgement

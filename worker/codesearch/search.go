@@ -2,8 +2,10 @@ package codesearch
 
 import (
 	"fmt"
+	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/blevesearch/bleve/v2"
 
@@ -33,12 +35,30 @@ type ChunkIndex struct {
 // BuildChunkIndex chunks every file the search covers (l's test files
 // are left out); withBM25 also indexes the chunk texts (not their paths)
 // with textbook BM25.
+//
+// Files are chunked on every CPU; the chunks keep the files' order.
 func BuildChunkIndex(l *lang.Set, files []codegraph.SourceFile, parsed []*lang.File, withBM25 bool) *ChunkIndex {
+	perFile := make([][]Chunk, len(files))
+	next := make(chan int, len(files))
+	for i := range files {
+		next <- i
+	}
+	close(next)
+	var wg sync.WaitGroup
+	for range min(runtime.GOMAXPROCS(0), max(1, len(files))) {
+		wg.Go(func() {
+			for i := range next {
+				f := files[i]
+				if fl := l.Reader(f.Path); fl != nil && !fl.IsTest(f.Path) {
+					perFile[i] = ChunkFile(fl, f.Path, f.Content, parsed[i])
+				}
+			}
+		})
+	}
+	wg.Wait()
 	var chunks []Chunk
-	for i, f := range files {
-		if fl := l.Reader(f.Path); fl != nil && !fl.IsTest(f.Path) {
-			chunks = append(chunks, ChunkFile(fl, f.Path, f.Content, parsed[i])...)
-		}
+	for _, c := range perFile {
+		chunks = append(chunks, c...)
 	}
 	return ChunkIndexFrom(files, chunks, withBM25)
 }

@@ -212,12 +212,25 @@ func (c *Cache) buildEntry(ctx context.Context, r *gitrepo.Repo, commit, repo st
 		return made{}, err
 	}
 	defer os.RemoveAll(tmp)
-	idx, err := build(ctx, snap, repo, opts, tmp, c)
+	idx, err := build(ctx, snap, repo, opts, tmp, c, false)
 	if err != nil {
 		return made{}, err
 	}
 	defer idx.Close()
-	if err := idx.writeEntry(tmp, opts); err != nil {
+	// The search index and the entry's other files are independent: bleve
+	// indexes the chunks while the graph and sources are written.
+	written := make(chan error, 1)
+	start := time.Now()
+	go func() { written <- idx.writeEntry(tmp) }()
+	err = idx.openChunkIndex(tmp, true)
+	if werr := <-written; err == nil {
+		err = werr
+	}
+	idx.timed("write", start)
+	if err != nil {
+		return made{}, err
+	}
+	if err := idx.writeMeta(tmp, opts); err != nil {
 		return made{}, err
 	}
 	if err := installEntry(tmp, dir); err != nil {
@@ -227,12 +240,8 @@ func (c *Cache) buildEntry(ctx context.Context, r *gitrepo.Repo, commit, repo st
 }
 
 // writeEntry writes a built index's entry files into dir: the graph, the
-// sources, the chunks, meta.json last (an entry without it is not one);
-// the bleve index is already there.
-func (idx *Index) writeEntry(dir string, opts BuildOptions) error {
-	if err := idx.Chunks.Close(); err != nil { // flushed before the folder moves
-		return err
-	}
+// sources and the chunks (writeMeta then makes the entry whole).
+func (idx *Index) writeEntry(dir string) error {
 	if err := writeGob(filepath.Join(dir, "chunks.gob"), idx.Chunks.Chunks); err != nil {
 		return err
 	}
@@ -244,6 +253,14 @@ func (idx *Index) writeEntry(dir string, opts BuildOptions) error {
 		return err
 	}
 	if err := writeSources(sourcesPath(dir), idx.Graph.Files()); err != nil {
+		return err
+	}
+	return nil
+}
+
+// writeMeta writes meta.json, which makes the entry at dir whole.
+func (idx *Index) writeMeta(dir string, opts BuildOptions) error {
+	if err := idx.Chunks.Close(); err != nil { // bleve flushed before the folder moves
 		return err
 	}
 	meta := snapshotMeta{Version: Version, Repo: idx.Repo, Commit: idx.Commit, Engine: opts.Engine, Languages: opts.Languages.Key(),

@@ -165,16 +165,18 @@ func Build(ctx context.Context, repos *gitrepo.Set, repo, commit string, opts Bu
 	return nil, err
 }
 
-// build makes every part of the index in memory, the bleve index in dir;
-// parse results are reused from the cache by blob.
-func build(ctx context.Context, snap *gitrepo.Snapshot, repo string, opts BuildOptions, dir string, c *Cache) (*Index, error) {
+// build makes every part of the index in memory, and with bleve (in dir)
+// when withBleve is set; parse results are reused from the cache by blob.
+func build(ctx context.Context, snap *gitrepo.Snapshot, repo string, opts BuildOptions, dir string, c *Cache, withBleve bool) (*Index, error) {
 	idx, src, parsed, err := c.assemble(ctx, snap, repo, opts)
 	if err != nil {
 		return nil, err
 	}
-	idx.finish(opts, src.Files, parsed, nil)
-	if err := idx.openChunkIndex(dir, true); err != nil {
-		return nil, err
+	idx.chunk(opts, src.Files, parsed)
+	if withBleve {
+		if err := idx.openChunkIndex(dir, true); err != nil {
+			return nil, err
+		}
 	}
 	return idx, nil
 }
@@ -270,16 +272,11 @@ func (idx *Index) openChunkIndex(dir string, build bool) error {
 	return err
 }
 
-// finish builds the parts that are cheap to derive: summaries, node
-// search, and the chunk index (from given chunks, or by chunking).
-func (idx *Index) finish(opts BuildOptions, files []codegraph.SourceFile, parsed []*lang.File, chunks []codesearch.Chunk) {
+// chunk cuts the snapshot's files into the code chunks search ranks. The
+// parts derived from the graph alone (summaries, node search) are not
+// built here: the entry does not hold them, and opening it derives them.
+func (idx *Index) chunk(opts BuildOptions, files []codegraph.SourceFile, parsed []*lang.File) {
 	start := time.Now()
-	idx.Summaries = summary.BuildSummaries(idx.Graph, idx.Commits, opts.Summaries)
-	idx.Nodes = codesearch.BuildNodeSearch(idx.Graph)
-	if chunks == nil {
-		idx.Chunks = codesearch.BuildChunkIndex(opts.Languages, files, parsed, opts.Engine == codesearch.EngineBM25)
-	} else {
-		idx.Chunks = codesearch.ChunkIndexFrom(files, chunks, opts.Engine == codesearch.EngineBM25)
-	}
-	idx.timed("search", start)
+	idx.Chunks = codesearch.BuildChunkIndex(opts.Languages, files, parsed, opts.Engine == codesearch.EngineBM25)
+	idx.timed("chunks", start)
 }
