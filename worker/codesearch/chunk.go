@@ -1,8 +1,8 @@
 package codesearch
 
 import (
-	"regexp"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/a2farm/a2farm/lang"
 )
@@ -29,10 +29,40 @@ type Chunk struct {
 	Tokens  int
 }
 
-var tokenPattern = regexp.MustCompile(`\w+|[^\w\s]`)
+// approxTokens estimates a BPE token count: words and punctuation marks,
+// the matches of `\w+|[^\w\s]` (ASCII classes, as RE2 has them) counted
+// by hand — the regular expression was a third of chunking's time.
+func approxTokens(s string) int {
+	n := 0
+	inWord := false
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			i++
+			switch {
+			case isWordByte(c):
+				if !inWord {
+					n++
+				}
+				inWord = true
+				continue
+			case c != ' ' && c != '\t' && c != '\n' && c != '\r' && c != '\f':
+				n++ // one punctuation mark
+			}
+			inWord = false
+			continue
+		}
+		_, size := utf8.DecodeRuneInString(s[i:]) // an invalid byte is one match too
+		i += size
+		n++
+		inWord = false
+	}
+	return n
+}
 
-// approxTokens estimates a BPE token count: words and punctuation marks.
-func approxTokens(s string) int { return len(tokenPattern.FindAllStringIndex(s, -1)) }
+func isWordByte(c byte) bool {
+	return c == '_' || '0' <= c && c <= '9' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z'
+}
 
 // unit is an indivisible (unless oversized) piece of a file.
 type unit struct {

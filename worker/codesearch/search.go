@@ -176,7 +176,7 @@ func (ci *ChunkIndex) BuildBleve(dir string) error {
 	if err != nil {
 		return fmt.Errorf("bleve index at %s: %w", dir, err)
 	}
-	const batchSize = 500
+	const batchSize = 1 << 30
 	batch := idx.NewBatch()
 	for i, text := range ci.texts {
 		if err := batch.Index(strconv.Itoa(i), map[string]any{"text": text}); err != nil {

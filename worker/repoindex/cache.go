@@ -218,13 +218,17 @@ func (c *Cache) buildEntry(ctx context.Context, r *gitrepo.Repo, commit, repo st
 	}
 	defer idx.Close()
 	// The search index and the entry's other files are independent: bleve
-	// indexes the chunks while the graph and sources are written.
+	// indexes the chunks while the graph and sources are written (and the
+	// parse results still reach the cache).
 	written := make(chan error, 1)
 	start := time.Now()
 	go func() { written <- idx.writeEntry(tmp) }()
 	err = idx.openChunkIndex(tmp, true)
 	if werr := <-written; err == nil {
 		err = werr
+	}
+	if perr := idx.parseStored(); err == nil {
+		err = perr
 	}
 	idx.timed("write", start)
 	if err != nil {
@@ -327,36 +331,53 @@ func (c *Cache) openParts(opts BuildOptions, dir string) (*codegraph.Graph, *ent
 	return g, src, codesearch.OpenChunkIndex(g, chunks, opts.Engine == codesearch.EngineBM25), nil
 }
 
-// parseAll parses files, reusing cached results by blob id.
-func (c *Cache) parseAll(ctx context.Context, l *lang.Set, files []codegraph.SourceFile) ([]*lang.File, error) {
+// parseAll parses files, reusing cached results by blob id. The new
+// results are written to the cache in the background (one file each,
+// and creating files is slow on many file systems): stored waits for them.
+func (c *Cache) parseAll(ctx context.Context, l *lang.Set, files []codegraph.SourceFile) (parsed []*lang.File, stored func() error, err error) {
 	out := make([]*lang.File, len(files))
-	var missing []int
+	var reads errgroup.Group
+	reads.SetLimit(runtime.GOMAXPROCS(0))
 	for i, f := range files {
-		var pf lang.File
-		if err := readGob(c.parsePath(l, f), &pf); err == nil && pf.Path == f.Path {
-			out[i] = &pf
-			continue
+		reads.Go(func() error {
+			var pf lang.File
+			if err := readGob(c.parsePath(l, f), &pf); err == nil && pf.Path == f.Path {
+				out[i] = &pf
+			}
+			return nil
+		})
+	}
+	reads.Wait()
+	var missing []int
+	for i := range files {
+		if out[i] == nil {
+			missing = append(missing, i)
 		}
-		missing = append(missing, i)
 	}
 	if len(missing) == 0 {
-		return out, nil
+		return out, func() error { return nil }, nil
 	}
 	todo := make([]codegraph.SourceFile, len(missing))
 	for j, i := range missing {
 		todo[j] = files[i]
 	}
-	parsed, err := codegraph.ParseAll(ctx, l, todo)
+	fresh, err := codegraph.ParseAll(ctx, l, todo)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	g, _ := errgroup.WithContext(ctx)
-	g.SetLimit(runtime.GOMAXPROCS(0))
 	for j, i := range missing {
-		out[i] = parsed[j]
-		g.Go(func() error { return writeGobAtomic(c.parsePath(l, files[i]), parsed[j]) })
+		out[i] = fresh[j]
 	}
-	return out, g.Wait()
+	var writes errgroup.Group
+	writes.SetLimit(runtime.GOMAXPROCS(0))
+	done := make(chan error, 1)
+	go func() {
+		for j, i := range missing {
+			writes.Go(func() error { return writeGobAtomic(c.parsePath(l, files[i]), fresh[j]) })
+		}
+		done <- writes.Wait()
+	}()
+	return out, sync.OnceValue(func() error { return <-done }), nil
 }
 
 // parsePath keys parse results by the language (and its version) that

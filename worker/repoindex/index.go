@@ -51,6 +51,9 @@ type Index struct {
 	// blobs are the snapshot's source blobs, whose parse results a
 	// shared bundle carries.
 	blobs []parsedBlob
+	// parseStored waits for a build's new parse results to reach the
+	// cache (nil for an opened index).
+	parseStored func() error
 }
 
 // Timing is the build time of one index part.
@@ -236,10 +239,12 @@ func (c *Cache) prepare(ctx context.Context, snap *gitrepo.Snapshot, repo string
 	}
 	idx.timed("read", start)
 	start = time.Now()
-	parsed, err := c.parseAll(ctx, opts.Languages, src.Files)
+	parsed, stored, err := c.parseAll(ctx, opts.Languages, src.Files)
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	idx.parseStored = stored
+	idx.release = append(idx.release, stored)
 	idx.timed("parse", start)
 	for _, f := range src.Files {
 		idx.blobs = append(idx.blobs, parsedBlob{readerKey(opts.Languages, f.Path), f.Blob})
