@@ -70,6 +70,11 @@ bench-big: ## big repositories as a new user meets them: cold and second-snapsho
 	A2FARM_BENCH_BIG=1 A2FARM_REPOS=$(abspath $(REPOS)) A2FARM_BENCH_DATASET=$(if $(BENCH_DATASET),$(abspath $(BENCH_DATASET))) \
 	  $(GO) test ./cmd/a2farm -run '^$$' -bench Big -benchtime 1x -timeout 60m | tee $(RUN_DIR)/bench-big.txt
 
+.PHONY: bench-outage
+bench-outage: ## policy outages against a two-worker farm: one of two stand-in replicas down 25 s, then both down 40 s (docs/RELIABILITY.md)
+	@mkdir -p $(RUN_DIR)
+	A2FARM_BENCH_OUTAGE=1 $(GO) test ./worker -run TestPolicyOutageFigures -v -count 1 -timeout 15m | tee $(RUN_DIR)/bench-outage.txt
+
 .PHONY: bench-farm-split
 bench-farm-split: ## farm vs localize with the worker on its own core and the NATS server on another (needs taskset)
 	scripts/bench-farm-split.sh

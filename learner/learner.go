@@ -85,8 +85,9 @@ type poolKey struct {
 }
 
 // Process labels trajectories, pools them per (iteration, instance) and
-// computes advantages and weights. Trajectories that failed for
-// infrastructure reasons, have no turns, or whose instance has no gold are
+// computes advantages and weights. Trajectories that did not play out
+// (schema.Status.PlayedOut: failures of the farm, the policy server, a
+// tool or the clock), have no turns, or whose instance has no gold are
 // skipped and left out of every group statistic.
 func Process(trs []schema.Trajectory, gold map[string]schema.Locations, cfg Config) (*Result, error) {
 	if err := cfg.Rewards.Validate(); err != nil {
@@ -105,6 +106,8 @@ func Process(trs []schema.Trajectory, gold map[string]schema.Locations, cfg Conf
 		switch {
 		case tr.Status == schema.StatusInfraError:
 			lt.Skipped = "infrastructure failure"
+		case !tr.Status.PlayedOut():
+			lt.Skipped = "did not play out: " + string(tr.Status)
 		case !ok:
 			lt.Skipped = "no gold for the instance"
 		default:

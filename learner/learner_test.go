@@ -373,3 +373,33 @@ func TestBranchesJoinTheirSiblingsGroups(t *testing.T) {
 }
 
 func near(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
+
+// TestProcessLeavesOutWhatDidNotPlayOut: a sample with turns that ended
+// for a reason outside the policy (a server refusing it, a tool, the
+// farm, the clock) is skipped and leaves its group's advantages as they
+// were; a truncated one, the policy's own course, counts.
+func TestProcessLeavesOutWhatDidNotPlayOut(t *testing.T) {
+	good := []schema.Trajectory{traj(0, schema.StatusOK, true, "read"), traj(1, schema.StatusOK, false, "read")}
+	base, err := Process(good, gold, DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		status  schema.Status
+		counted bool
+	}{
+		{schema.StatusPolicyError, false}, {schema.StatusToolError, false}, {schema.StatusTimeout, false},
+		{schema.StatusInfraError, false}, {schema.StatusTruncated, true},
+	} {
+		third := traj(2, tc.status, false, "read")
+		res, err := Process(append(slices.Clone(good), third), gold, DefaultConfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		same := reflect.DeepEqual(res.Trajectories[0].Advantages, base.Trajectories[0].Advantages)
+		if skipped := res.Trajectories[2].Skipped != ""; skipped == tc.counted || same == tc.counted {
+			t.Errorf("%s with turns: skipped %v (%q), group advantages unchanged %v; want counted %v",
+				tc.status, skipped, res.Trajectories[2].Skipped, same, tc.counted)
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -401,15 +402,24 @@ func (c *Codec[T]) reserve(b *array.RecordBuilder, rows []T) {
 
 // Decode reads every row of rec. Columns are matched by name, so files
 // written with columns in another order (or with extra columns) still
-// decode; a missing column or a type mismatch is an error.
+// decode; a missing column or a type mismatch is an error — except in
+// data of an older format version (OldestReadable on), whose changes
+// since only added columns: a column it lacks reads as the zero value.
 func (c *Codec[T]) Decode(rec arrow.RecordBatch) ([]T, error) {
 	if err := c.checkMetadata(rec.Schema()); err != nil {
 		return nil, err
+	}
+	older := false
+	if v, ok := rec.Schema().Metadata().GetValue(MetaFormatVersion); ok && v != Version {
+		older = true
 	}
 	arrays := make([]arrow.Array, len(c.cols))
 	for j, f := range c.schema.Fields() {
 		idx := rec.Schema().FieldIndices(f.Name)
 		if len(idx) == 0 {
+			if older {
+				continue // added since: zero
+			}
 			return nil, fmt.Errorf("%s: column %q is missing", c.kind, f.Name)
 		}
 		a := rec.Column(idx[0])
@@ -422,6 +432,9 @@ func (c *Codec[T]) Decode(rec arrow.RecordBatch) ([]T, error) {
 	for i := range rows {
 		v := reflect.ValueOf(&rows[i]).Elem()
 		for j, col := range c.cols {
+			if arrays[j] == nil {
+				continue
+			}
 			if err := col.conv.dec(arrays[j], i, v.FieldByIndex(col.path)); err != nil {
 				return nil, fmt.Errorf("%s row %d column %q: %w", c.kind, i, c.schema.Field(j).Name, err)
 			}
@@ -430,15 +443,24 @@ func (c *Codec[T]) Decode(rec arrow.RecordBatch) ([]T, error) {
 	return rows, nil
 }
 
-// checkMetadata rejects data of another contract or of an unknown format
-// version; data without metadata (written by other tools) is accepted.
+// OldestReadable is the oldest format version this build reads: every
+// change since it added columns, nothing else.
+const OldestReadable = 4
+
+// checkMetadata rejects data of another contract or of a format version
+// this build cannot read; data without metadata (written by other tools)
+// is accepted.
 func (c *Codec[T]) checkMetadata(s *arrow.Schema) error {
 	md := s.Metadata()
 	if kind, ok := md.GetValue(MetaKind); ok && kind != c.kind {
 		return fmt.Errorf("data holds %s rows, want %s", kind, c.kind)
 	}
 	if v, ok := md.GetValue(MetaFormatVersion); ok && v != Version {
-		return fmt.Errorf("%s data has format version %s; this build reads version %s only (read it with the a2farm release that wrote it)", c.kind, v, Version)
+		current, _ := strconv.Atoi(Version)
+		if n, err := strconv.Atoi(v); err != nil || n < OldestReadable || n > current {
+			return fmt.Errorf("%s data has format version %s; this build reads versions %d to %s (read it with the a2farm release that wrote it)",
+				c.kind, v, OldestReadable, Version)
+		}
 	}
 	return nil
 }

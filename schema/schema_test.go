@@ -331,3 +331,55 @@ func TestPromptTokenDeltas(t *testing.T) {
 		t.Errorf("rebuilt prompts %v (%v), want %v", got, err, prompts)
 	}
 }
+
+// olderTrajectories re-labels an encoded batch as format version 4, as
+// it was before turns named their replica: without that column.
+func olderTrajectories(t *testing.T, rec arrow.RecordBatch) arrow.RecordBatch {
+	t.Helper()
+	var fields []arrow.Field
+	var cols []arrow.Array
+	for i, f := range rec.Schema().Fields() {
+		if f.Name != "replica" {
+			fields, cols = append(fields, f), append(cols, rec.Column(i))
+		}
+	}
+	if len(fields) == len(rec.Schema().Fields()) {
+		t.Fatal("no replica column to leave out")
+	}
+	md := arrow.NewMetadata([]string{MetaKind, MetaFormatVersion}, []string{KindTrajectory, "4"})
+	return array.NewRecordBatch(arrow.NewSchema(fields, &md), cols, rec.NumRows())
+}
+
+// TestOlderFormatVersionsStillRead: data of format version 4 (turns
+// without a replica) reads, the missing field as zero; a version older
+// than OldestReadable, or newer than this build, is refused by name.
+func TestOlderFormatVersionsStillRead(t *testing.T) {
+	trs := sampleTrajectories()
+	for i := range trs {
+		for j := range trs[i].Turns {
+			trs[i].Turns[j].Replica = "http://gpu-1:8000/v1"
+		}
+	}
+	rec := EncodeTrajectories(nil, trs...)
+	defer rec.Release()
+	old := olderTrajectories(t, rec)
+	got, err := DecodeTrajectories(old)
+	if err != nil {
+		t.Fatalf("version 4: %v", err)
+	}
+	for i := range trs {
+		for j := range trs[i].Turns {
+			trs[i].Turns[j].Replica = ""
+		}
+	}
+	if !reflect.DeepEqual(got, trs) {
+		t.Errorf("version 4 read back differs:\n got %+v\nwant %+v", got, trs)
+	}
+	for _, v := range []string{"3", "99"} {
+		md := arrow.NewMetadata([]string{MetaKind, MetaFormatVersion}, []string{KindTrajectory, v})
+		bad := array.NewRecordBatch(arrow.NewSchema(old.Schema().Fields(), &md), old.Columns(), old.NumRows())
+		if _, err := DecodeTrajectories(bad); err == nil || !strings.Contains(err.Error(), "format version "+v) {
+			t.Errorf("version %s: %v, want it refused", v, err)
+		}
+	}
+}

@@ -101,6 +101,15 @@ const (
 	StatusTimeout     Status = "timeout"
 )
 
+// PlayedOut reports whether a rollout ended by the policy's own course —
+// it answered (ok) or used up its tool calls (truncated) — so that its
+// rewards say something of the policy. The others end for reasons outside
+// the policy's choices: a policy server refusing or garbling a request
+// (policy_error), a tool or the farm failing (tool_error, infra_error),
+// the episode's wall clock (timeout); the learner leaves them out of every
+// group statistic.
+func (s Status) PlayedOut() bool { return s == StatusOK || s == StatusTruncated }
+
 // PolicyKind says what kind of policy acts; a worker's registry maps each
 // kind to the code that plays it.
 type PolicyKind string
@@ -182,6 +191,11 @@ type Job struct {
 	// Handoffs counts the workers that could not serve the job's policy
 	// and passed it on to one that can.
 	Handoffs int64 `json:"handoffs,omitempty" arrow:"handoffs"`
+	// OutageSince is when the job's model stopped answering, carried by a
+	// job queued afresh during that outage so that its outage budget
+	// counts from there; Outages counts those requeues.
+	OutageSince time.Time `json:"outage_since,omitzero" arrow:"outage_since"`
+	Outages     int64     `json:"outages,omitempty" arrow:"outages"`
 	// Fork makes the job a branch of an earlier rollout of its instance;
 	// the zero Fork is a base sample.
 	Fork Fork `json:"fork,omitzero" arrow:"fork"`
@@ -287,6 +301,10 @@ type Turn struct {
 	CompletionTokens int64   `json:"completion_tokens" arrow:"turn_completion_tokens"`
 	PolicyLatencyMS  float64 `json:"policy_latency_ms" arrow:"policy_latency_ms"`
 	ToolLatencyMS    float64 `json:"tool_latency_ms" arrow:"tool_latency_ms"`
+	// Replica names the policy server that answered the turn (its URL
+	// without credentials) when the model has several: an episode keeps
+	// to one, and moves only when it fails.
+	Replica string `json:"replica,omitempty" arrow:"replica"`
 	// PromptTokenKeep and PromptTokenIDs are the request's token ids as
 	// the server returned them (with return_token_ids), as a delta: the
 	// first PromptTokenKeep ids of the previous turn's prompt and

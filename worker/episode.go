@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"io"
 
 	"github.com/a2farm/a2farm/schema"
 	"github.com/a2farm/a2farm/worker/agent"
@@ -19,6 +20,12 @@ func play(ctx context.Context, job schema.Job, parent *schema.Trajectory, idx *r
 	if err != nil {
 		return schema.Trajectory{}, Permanent(err)
 	}
+	if c, ok := model.(io.Closer); ok {
+		defer c.Close() // frees the episode's policy server
+	}
+	if p, ok := model.(interface{ PreferReplica(string) }); ok && parent != nil {
+		p.PreferReplica(parentReplica(parent, job.Fork.Turn))
+	}
 	tr, err := agent.Run(ctx, agent.JobConfig(job), agent.Episode{Job: job, Tools: set, Graph: idx.Graph, Model: model,
 		Parent: parent, OnTurn: onTurn})
 	if err != nil {
@@ -26,4 +33,15 @@ func play(ctx context.Context, job schema.Job, parent *schema.Trajectory, idx *r
 	}
 	tr.WorkerID = workerID
 	return tr, nil
+}
+
+// parentReplica names the policy server that answered the parent's last
+// turn before the fork: it holds the branch's prefix in its cache.
+func parentReplica(parent *schema.Trajectory, forkTurn int64) string {
+	for i := min(int(forkTurn), len(parent.Turns)) - 1; i >= 0; i-- {
+		if r := parent.Turns[i].Replica; r != "" {
+			return r
+		}
+	}
+	return ""
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -29,6 +30,14 @@ type Policies interface {
 	Model(job schema.Job) (agent.Model, error)
 	// Offers lists what it can play, as heartbeats advertise it.
 	Offers() []string
+	// Outage reports whether no server of the job's model answers, and
+	// since when; AllOut whether that holds for every remote model served.
+	Outage(job schema.Job) (since time.Time, out bool)
+	AllOut() (since time.Time, out bool)
+	// Probe asks failing servers whether they answer again.
+	Probe(ctx context.Context)
+	// Replicas reports the policy servers, for heartbeats.
+	Replicas() []policy.ReplicaStats
 }
 
 // Config configures a farm worker.
@@ -57,9 +66,13 @@ type Config struct {
 	// in use are never closed, so the bound holds whenever the episodes
 	// in flight fit in it.
 	IndexMemory int64
-	WorkerID    string
-	Version     string
-	Log         zerolog.Logger
+	// OutageBudget is how long a job waits out an outage of its model (no
+	// replica answers) before it is given up (default 30 minutes): until
+	// then it is put back with a growing delay, never answered.
+	OutageBudget time.Duration
+	WorkerID     string
+	Version      string
+	Log          zerolog.Logger
 	// OnTrajectory sees every trajectory once it is published (metrics).
 	OnTrajectory func(schema.Trajectory)
 	// LocalIndexes builds every index on this worker and shares none;
@@ -81,6 +94,9 @@ type Config struct {
 // DefaultIndexMemory is the default budget of a worker's open indexes.
 const DefaultIndexMemory = 4 << 30
 
+// DefaultOutageBudget is how long a job waits out its model's outage.
+const DefaultOutageBudget = 30 * time.Minute
+
 func (c *Config) validate() error {
 	if c.Bus == nil || c.Repos == nil || c.Policies == nil {
 		return errors.New("worker: a bus, repositories and policies are required")
@@ -88,11 +104,14 @@ func (c *Config) validate() error {
 	if c.Index.Languages.Len() == 0 {
 		return errors.New("worker: no language to index repositories with (Index.Languages)")
 	}
-	if c.Concurrency < 0 || c.Grace < 0 || c.KeepIndexes < -1 || c.IndexMemory < 0 {
-		return errors.New("worker: concurrency, grace and index memory must not be negative, keep-indexes not below -1")
+	if c.Concurrency < 0 || c.Grace < 0 || c.KeepIndexes < -1 || c.IndexMemory < 0 || c.OutageBudget < 0 {
+		return errors.New("worker: concurrency, grace, index memory and outage budget must not be negative, keep-indexes not below -1")
 	}
 	if c.IndexMemory == 0 {
 		c.IndexMemory = DefaultIndexMemory
+	}
+	if c.OutageBudget <= 0 {
+		c.OutageBudget = DefaultOutageBudget
 	}
 	if c.Concurrency == 0 {
 		c.Concurrency = 32
@@ -132,9 +151,18 @@ func Run(ctx context.Context, cfg Config) error {
 	defer cancelWork()
 	slots := make(chan struct{}, cfg.Concurrency)
 	var wg sync.WaitGroup
+	// Servers that do not answer are known before the first pull and the
+	// first heartbeat, so that their jobs are left to workers whose
+	// servers do.
+	cfg.Policies.Probe(ctx)
 	hbDone := make(chan struct{})
 	go w.heartbeat(ctx, hbDone)
+	probeDone := make(chan struct{})
+	go w.probe(ctx, probeDone)
 	for ctx.Err() == nil {
+		if w.pauseForOutage(ctx) {
+			continue
+		}
 		// Take every free slot (at least one) and ask for that many jobs
 		// in one pull: one round trip per batch, not per job.
 		select {
@@ -198,8 +226,53 @@ func Run(ctx context.Context, cfg Config) error {
 		<-done
 	}
 	<-hbDone
+	<-probeDone
 	w.closeIndexes()
 	return nil
+}
+
+// probeEvery is how often failing policy servers are asked whether they
+// answer again (each backs off on its own; most asks probe nothing).
+const probeEvery = time.Second
+
+// probe brings failing policy servers back as they answer, until ctx ends.
+func (w *farmWorker) probe(ctx context.Context, done chan<- struct{}) {
+	defer close(done)
+	t := time.NewTicker(probeEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			w.cfg.Policies.Probe(ctx)
+		}
+	}
+}
+
+// pauseForOutage holds the pull loop while no server of any model this
+// worker serves answers (a pulled job could only be put back), for at
+// most a probe interval; it reports whether it paused. Past the outage
+// budget the worker pulls again, to give those jobs up with the reason.
+func (w *farmWorker) pauseForOutage(ctx context.Context) bool {
+	since, out := w.cfg.Policies.AllOut()
+	if !out || time.Since(since) >= w.cfg.OutageBudget {
+		if w.paused.Swap(false) {
+			w.cfg.Log.Info().Msg("a policy server answers again; pulling jobs")
+			w.beatNow()
+		}
+		return false
+	}
+	if !w.paused.Swap(true) {
+		w.cfg.Log.Warn().Time("since", since).Dur("budget", w.cfg.OutageBudget).
+			Msg("no policy server answers; not pulling jobs until one does")
+		w.beatNow()
+	}
+	select {
+	case <-ctx.Done():
+	case <-time.After(probeEvery):
+	}
+	return true
 }
 
 // tempCacheBytes bounds the index cache of a worker given no --cache: it
@@ -253,6 +326,8 @@ type farmWorker struct {
 	lacks map[string]time.Time
 	// beat asks for a heartbeat now: what the worker lacks changed.
 	beat chan struct{}
+	// paused is set while the pull loop waits out a policy outage.
+	paused atomic.Bool
 }
 
 type indexEntry struct {
@@ -460,6 +535,9 @@ func (w *farmWorker) runJob(ctx context.Context, job schema.Job, msg jetstream.M
 	}
 	defer release()
 	tr, err := play(ctx, job, parent, idx, model, w.cfg.WorkerID, func(schema.Turn) { _ = msg.InProgress() })
+	if errors.Is(err, agent.ErrUnavailable) {
+		return w.outage(ctx, job, msg, err)
+	}
 	if err != nil {
 		return err // bad tools: terminate; cancelled: hand the job back
 	}
@@ -468,6 +546,41 @@ func (w *farmWorker) runJob(ctx context.Context, job schema.Job, msg jetstream.M
 	}
 	if w.cfg.OnTrajectory != nil {
 		w.cfg.OnTrajectory(tr)
+	}
+	return nil
+}
+
+// Outage delays: a job whose model is out is put back after a delay that
+// doubles with its deliveries, from outageDelay up to maxOutageDelay.
+const (
+	outageDelay    = 5 * time.Second
+	maxOutageDelay = 2 * time.Minute
+)
+
+// outage settles a job whose model no server answered: the episode is
+// abandoned and nothing is published. Within the outage budget the job
+// is put back with a growing delay; on its last delivery it is queued
+// afresh instead (an outage must not spend its deliveries). Past the
+// budget it is given up with the reason.
+func (w *farmWorker) outage(ctx context.Context, job schema.Job, msg jetstream.Msg, why error) error {
+	since, out := w.cfg.Policies.Outage(job)
+	if !out {
+		since = time.Now() // a server answers again: the next try plays it
+	}
+	if !job.OutageSince.IsZero() && job.OutageSince.Before(since) {
+		since = job.OutageSince
+	}
+	if lasted := time.Since(since); lasted >= w.cfg.OutageBudget {
+		return w.giveUp(ctx, job, delivered(msg, 1), fmt.Sprintf("no server of model %q answered for %s (outage budget %s): %v",
+			job.Policy.Model, lasted.Round(time.Second), w.cfg.OutageBudget, why))
+	}
+	deliveries := delivered(msg, 1)
+	if deliveries < w.cfg.Bus.MaxDeliver() {
+		return RetryAfter(why, min(maxOutageDelay, outageDelay<<min(deliveries-1, 10)))
+	}
+	job.OutageSince = since
+	if err := w.cfg.Bus.Requeue(context.WithoutCancel(ctx), job); err != nil {
+		return RetryAfter(err, outageDelay)
 	}
 	return nil
 }
@@ -552,10 +665,7 @@ func (w *farmWorker) lacksSnapshot(ctx context.Context, job schema.Job, msg jets
 	w.lacks[snapshot] = time.Now()
 	w.mu.Unlock()
 	if !known {
-		select { // tell the others at once, so that they do not pass it back
-		case w.beat <- struct{}{}:
-		default:
-		}
+		w.beatNow() // tell the others at once, so that they do not pass it back
 	}
 	ctx = context.WithoutCancel(ctx)
 	if job.Handoffs < maxHandoffs && w.othersMayHave(ctx, snapshot) {
@@ -615,6 +725,14 @@ func (w *farmWorker) othersOffer(ctx context.Context, p schema.Policy) bool {
 	return false
 }
 
+// beatNow asks for a heartbeat at once: what others must know changed.
+func (w *farmWorker) beatNow() {
+	select {
+	case w.beat <- struct{}{}:
+	default:
+	}
+}
+
 // heartbeat reports the worker's load until ctx ends, then removes it.
 func (w *farmWorker) heartbeat(ctx context.Context, done chan<- struct{}) {
 	defer close(done)
@@ -623,7 +741,8 @@ func (w *farmWorker) heartbeat(ctx context.Context, done chan<- struct{}) {
 	put := func(c context.Context) {
 		w.mu.Lock()
 		hb := bus.Heartbeat{ID: w.cfg.WorkerID, Host: host, Active: w.active, Capacity: w.cfg.Concurrency, Done: w.done,
-			Version: w.cfg.Version, Policies: w.cfg.Policies.Offers(), Lacks: w.lacking(), Updated: time.Now().UTC()}
+			Version: w.cfg.Version, Policies: w.cfg.Policies.Offers(), Lacks: w.lacking(), Replicas: w.cfg.Policies.Replicas(),
+			Updated: time.Now().UTC()}
 		hb.Indexes, hb.IndexBytes, hb.IndexBudget = w.indexMemory()
 		w.mu.Unlock()
 		data, _ := json.Marshal(hb)

@@ -262,7 +262,7 @@ func heuristicPolicy(b *testing.B) benchPolicy {
 // server answering each call after delay.
 func scriptedPolicy(b *testing.B, delay time.Duration) benchPolicy {
 	srv := policytest.Scripted(b, delay)
-	reg, err := policy.NewRegistry(policy.RegistryConfig{Endpoints: policy.EndpointConfig{BaseURL: srv.URL + "/v1", RequestTimeout: time.Minute}})
+	reg, err := policy.NewRegistry(policy.RegistryConfig{Endpoints: policy.EndpointConfig{BaseURLs: []string{srv.URL + "/v1"}, RequestTimeout: time.Minute}})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -79,8 +79,9 @@ func newPolicyFarm(t *testing.T) *policyFarm {
 	return &policyFarm{t: t, ctx: ctx, js: js, b: b, l: l, repos: repos, cons: cons}
 }
 
-// startWorker runs a worker serving what cfg says until the returned stop.
-func (f *policyFarm) startWorker(id string, cfg policy.RegistryConfig) (stop func()) {
+// startWorker runs a worker serving what cfg says until the returned
+// stop; tune, when given, changes its configuration.
+func (f *policyFarm) startWorker(id string, cfg policy.RegistryConfig, tune ...func(*Config)) (stop func()) {
 	reg, err := policy.NewRegistry(cfg)
 	if err != nil {
 		f.t.Fatal(err)
@@ -90,8 +91,12 @@ func (f *policyFarm) startWorker(id string, cfg policy.RegistryConfig) (stop fun
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		if err := Run(ctx, Config{Bus: f.b, Repos: f.repos, Index: repoindex.BuildOptions{Languages: lang.NewSet(python.Language{})}, Policies: reg, Concurrency: 4, Grace: time.Second,
-			WorkerID: id, Log: zerolog.Nop()}); err != nil {
+		wcfg := Config{Bus: f.b, Repos: f.repos, Index: repoindex.BuildOptions{Languages: lang.NewSet(python.Language{})}, Policies: reg, Concurrency: 4, Grace: time.Second,
+			WorkerID: id, Log: zerolog.Nop()}
+		for _, t := range tune {
+			t(&wcfg)
+		}
+		if err := Run(ctx, wcfg); err != nil {
 			f.t.Error(err)
 		}
 	}()
@@ -113,22 +118,7 @@ func (f *policyFarm) run(runID string, samples int, spec schema.RunSpec) map[str
 		f.t.Fatal(err)
 	}
 	m := pub.Manifest
-	got := map[string]schema.Trajectory{}
-	deadline := time.Now().Add(60 * time.Second)
-	for len(got) < m.Expected && time.Now().Before(deadline) {
-		msg, err := f.cons.Next(jetstream.FetchMaxWait(2 * time.Second))
-		if err != nil {
-			continue
-		}
-		tr, err := f.b.DecodeTrajectory(f.ctx, msg)
-		if err != nil {
-			f.t.Fatal(err)
-		}
-		if _, dup := got[tr.JobID]; dup {
-			f.t.Errorf("job %s has two trajectories", tr.JobID)
-		}
-		got[tr.JobID] = tr
-	}
+	got := f.collect(m.Expected, 60*time.Second)
 	if len(got) != m.Expected {
 		f.t.Fatalf("run %s: %d of %d trajectories", runID, len(got), m.Expected)
 	}
@@ -164,7 +154,7 @@ func decodeSent(t *testing.T, bodies [][]byte) []sentRequest {
 func TestTheRunDecidesWhatActs(t *testing.T) {
 	f := newPolicyFarm(t)
 	srv := policytest.NewRecorder(t, shortEpisode)
-	onlyBaseURL := policy.RegistryConfig{Endpoints: policy.EndpointConfig{BaseURL: srv.URL}}
+	onlyBaseURL := policy.RegistryConfig{Endpoints: policy.EndpointConfig{BaseURLs: []string{srv.URL}}}
 	defer f.startWorker("w1", onlyBaseURL)()
 	defer f.startWorker("w2", onlyBaseURL)()
 
@@ -228,12 +218,12 @@ func TestTheRunDecidesWhatActs(t *testing.T) {
 func TestAJobIsNeverPlayedByAnotherPolicy(t *testing.T) {
 	f := newPolicyFarm(t)
 	srv := policytest.NewRecorder(t, shortEpisode)
-	onlyA := policy.RegistryConfig{Endpoints: policy.EndpointConfig{Models: map[string]string{"adapter-a": srv.URL}}}
+	onlyA := policy.RegistryConfig{Endpoints: policy.EndpointConfig{Models: map[string][]string{"adapter-a": {srv.URL}}}}
 	stopA := f.startWorker("serves-a", onlyA)
 	defer stopA()
 
 	// Another worker serves any model: jobs for adapter-b go to it.
-	stopAny := f.startWorker("serves-any", policy.RegistryConfig{Endpoints: policy.EndpointConfig{BaseURL: srv.URL}})
+	stopAny := f.startWorker("serves-any", policy.RegistryConfig{Endpoints: policy.EndpointConfig{BaseURLs: []string{srv.URL}}})
 	specB := schema.RunSpec{Seed: 3, Policy: schema.Policy{Kind: schema.PolicyOpenAI, Model: "adapter-b"},
 		Sampling: schema.Sampling{Temperature: 1}, Limits: schema.Limits{MaxToolCalls: 20, MaxContextTokens: 40000}}
 	for id, tr := range f.run("handed-over", 4, specB) {

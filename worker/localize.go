@@ -33,6 +33,7 @@ type LocalizeConfig struct {
 	Spec     schema.RunSpec
 	Policies interface {
 		Model(job schema.Job) (agent.Model, error)
+		Probe(ctx context.Context)
 	}
 	Index   repoindex.BuildOptions
 	Samples int
@@ -43,6 +44,11 @@ type LocalizeConfig struct {
 	Out      string
 	Progress func(done, total int)
 	Log      zerolog.Logger
+	// OutageBudget is how long an episode waits out an outage of its model
+	// (no server answers) before its job is recorded as an infra_error
+	// (default worker.DefaultOutageBudget); meanwhile it is played again
+	// from the start whenever a server answers.
+	OutageBudget time.Duration
 }
 
 func (c *LocalizeConfig) validate() error {
@@ -73,6 +79,9 @@ func Localize(ctx context.Context, cfg LocalizeConfig) ([]schema.Trajectory, err
 	}
 	if cfg.RunID == "" {
 		cfg.RunID = "localize"
+	}
+	if cfg.OutageBudget <= 0 {
+		cfg.OutageBudget = DefaultOutageBudget
 	}
 	if len(cfg.Instances) > 0 { // refuse a policy that cannot be served before any work
 		if _, err := cfg.Policies.Model(cfg.Spec.Job(cfg.RunID, 0, cfg.Instances[0], 0)); err != nil {
@@ -182,7 +191,7 @@ func (cfg *LocalizeConfig) playAll(ctx context.Context, jobs []schema.Job, paren
 			if parents != nil {
 				parent = parents[i]
 			}
-			tr, err := play(gctx, job, parent, idx, model, "localize", nil)
+			tr, err := cfg.playThroughOutages(gctx, job, parent, idx, model)
 			if err != nil {
 				return err
 			}
@@ -192,6 +201,37 @@ func (cfg *LocalizeConfig) playAll(ctx context.Context, jobs []schema.Job, paren
 		})
 	}
 	return trs, g.Wait()
+}
+
+// playThroughOutages plays a job, and again from the start each time its
+// model could not be reached, waiting between tries (doubling from
+// outageDelay/5 up to maxOutageDelay/4) while the servers are probed;
+// once the outage has lasted OutageBudget the job is recorded as an
+// infra_error with the reason.
+func (cfg *LocalizeConfig) playThroughOutages(ctx context.Context, job schema.Job, parent *schema.Trajectory, idx *repoindex.Index, model agent.Model) (schema.Trajectory, error) {
+	var since time.Time
+	wait := outageDelay / 5
+	for {
+		tr, err := play(ctx, job, parent, idx, model, "localize", nil)
+		if !errors.Is(err, agent.ErrUnavailable) {
+			return tr, err
+		}
+		if since.IsZero() {
+			since = time.Now()
+		}
+		if lasted := time.Since(since); lasted >= cfg.OutageBudget {
+			return job.InfraError(fmt.Sprintf("no server of model %q answered for %s (outage budget %s): %v",
+				job.Policy.Model, lasted.Round(time.Second), cfg.OutageBudget, err), time.Now().UTC()), nil
+		}
+		cfg.Log.Warn().Err(err).Str("job", job.JobID).Dur("retry_in", wait).Msg("the policy is unreachable; playing the episode again once it answers")
+		select {
+		case <-ctx.Done():
+			return schema.Trajectory{}, ctx.Err()
+		case <-time.After(wait):
+		}
+		cfg.Policies.Probe(ctx)
+		wait = min(maxOutageDelay/4, 2*wait)
+	}
 }
 
 // safeName keeps instance ids usable as file names.

@@ -71,7 +71,7 @@ func testClusterLosesANode(t *testing.T, leader bool) {
 	repos := gitrepo.NewSet(l.ReposDir)
 	defer repos.Close()
 	srv := policytest.Scripted(t, 30*time.Millisecond)
-	reg, err := policy.NewRegistry(policy.RegistryConfig{Endpoints: policy.EndpointConfig{BaseURL: srv.URL + "/v1"}})
+	reg, err := policy.NewRegistry(policy.RegistryConfig{Endpoints: policy.EndpointConfig{BaseURLs: []string{srv.URL + "/v1"}}})
 	if err != nil {
 		t.Fatal(err)
 	}

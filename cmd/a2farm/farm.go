@@ -176,9 +176,10 @@ func newWorkerCmd(e *env) *cobra.Command {
 			defer farm.leave()
 			repos := gitrepo.NewSet(reposDir)
 			defer repos.Close()
+			farm.metrics.WatchReplicas(replicaMetrics(policies))
 			e.log.Info().Int("concurrency", concurrency).Strs("policies", policies.Offers()).Msg("worker started")
 			return worker.Run(cmd.Context(), worker.Config{Bus: farm.bus, Repos: repos, Policies: policies, Index: opts,
-				Concurrency: concurrency, Grace: grace, KeepIndexes: keepIndexes, IndexMemory: int64(indexMemory), LocalIndexes: localIndexes, WorkerID: id,
+				Concurrency: concurrency, Grace: grace, KeepIndexes: keepIndexes, IndexMemory: int64(indexMemory), LocalIndexes: localIndexes, WorkerID: id, OutageBudget: ef.outageBudget,
 				Version: version(), Log: e.log,
 				OnTrajectory: farm.metrics.ObserveTrajectory, OnIndex: farm.metrics.IndexReady, OnIndexMemory: farm.metrics.IndexMemory})
 		},

@@ -67,7 +67,7 @@ found_modules, found_entities, raw_output). Score them with a2farm eval.`,
 			report, finish := e.progress("rollouts")
 			trs, err := worker.Localize(cmd.Context(), worker.LocalizeConfig{
 				Instances: instances, Repos: repos, Spec: spec, Policies: policies, Index: opts, Samples: samples,
-				Concurrency: concurrency, Out: out, Log: e.log, Progress: report,
+				Concurrency: concurrency, Out: out, Log: e.log, Progress: report, OutageBudget: ef.outageBudget,
 			})
 			finish()
 			if err != nil {

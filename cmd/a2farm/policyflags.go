@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/a2farm/a2farm/schema"
+	"github.com/a2farm/a2farm/worker"
 	"github.com/a2farm/a2farm/worker/policy"
 )
 
@@ -111,33 +112,46 @@ func (f *runFlags) spec() (schema.RunSpec, error) {
 // endpointFlags say where models are served — all a process that plays
 // jobs knows of policies (worker, up, localize).
 type endpointFlags struct {
-	baseURL, keyEnv, replayDir string
-	endpoints                  []string
-	timeout                    time.Duration
+	keyEnv, replayDir, routing, episodeHeader string
+	baseURLs, endpoints                       []string
+	timeout, outageBudget                     time.Duration
 }
 
 func (f *endpointFlags) bind(cmd *cobra.Command) {
 	fs := cmd.Flags()
-	fs.StringVar(&f.baseURL, "base-url", envOr("A2FARM_BASE_URL", ""), "OpenAI-compatible API root serving any model name a job asks for, e.g. http://gpu-1:8000/v1 (env A2FARM_BASE_URL)")
-	fs.StringArrayVar(&f.endpoints, "endpoint", nil, "MODEL=URL: the server of one model or adapter (repeatable; wins over --base-url)")
+	var fromEnv []string
+	if v := os.Getenv("A2FARM_BASE_URL"); v != "" {
+		fromEnv = strings.Split(v, ",")
+	}
+	fs.StringArrayVar(&f.baseURLs, "base-url", fromEnv, "OpenAI-compatible API root serving any model name a job asks for, e.g. http://gpu-1:8000/v1; repeat it for replicas (env A2FARM_BASE_URL, comma-separated)")
+	fs.StringArrayVar(&f.endpoints, "endpoint", nil, "MODEL=URL: a server of one model or adapter (repeatable; the same MODEL again adds a replica; wins over --base-url)")
 	fs.StringVar(&f.keyEnv, "api-key-env", "OPENAI_API_KEY", "environment variable holding the API key")
 	fs.DurationVar(&f.timeout, "request-timeout", 2*time.Minute, "timeout of one policy request (retried with backoff on 429/5xx)")
+	fs.StringVar(&f.routing, "policy-routing", string(policy.RouteSticky), "how episodes pick a replica: sticky (an episode keeps to one replica, new ones go to the least busy) or round-robin (every request to the next one)")
+	fs.StringVar(&f.episodeHeader, "episode-header", policy.DefaultEpisodeHeader, `HTTP header carrying each request's episode id, for a consistent-hashing router in front of the replicas ("-": none)`)
+	fs.DurationVar(&f.outageBudget, "policy-outage-budget", worker.DefaultOutageBudget, "how long a job waits out an outage of its model (no replica answers) before it is given up; meanwhile it is put back, never answered")
 	fs.StringVar(&f.replayDir, "replay", "", "trajectories folder that serves the replay policy")
 }
 
 // registry builds the policies this process can play.
 func (f *endpointFlags) registry() (*policy.Registry, error) {
-	cfg := policy.RegistryConfig{Endpoints: policy.EndpointConfig{BaseURL: f.baseURL, APIKey: os.Getenv(f.keyEnv),
-		RequestTimeout: f.timeout, Models: map[string]string{}}}
+	if f.outageBudget <= 0 {
+		return nil, usagef("--policy-outage-budget must be > 0, got %s", f.outageBudget)
+	}
+	cfg := policy.RegistryConfig{Endpoints: policy.EndpointConfig{APIKey: os.Getenv(f.keyEnv),
+		RequestTimeout: f.timeout, Models: map[string][]string{}, Routing: policy.Routing(f.routing),
+		EpisodeHeader: f.episodeHeader}}
+	for _, u := range f.baseURLs {
+		if u = strings.TrimSpace(u); u != "" {
+			cfg.Endpoints.BaseURLs = append(cfg.Endpoints.BaseURLs, u)
+		}
+	}
 	for _, e := range f.endpoints {
 		model, url, ok := strings.Cut(e, "=")
 		if !ok || model == "" || url == "" {
 			return nil, usagef("--endpoint %q: want MODEL=URL", policy.RedactURL(e))
 		}
-		if _, dup := cfg.Endpoints.Models[model]; dup {
-			return nil, usagef("--endpoint: model %q is given twice", model)
-		}
-		cfg.Endpoints.Models[model] = url
+		cfg.Endpoints.Models[model] = append(cfg.Endpoints.Models[model], url)
 	}
 	if f.replayDir != "" {
 		r, err := policy.LoadReplay(f.replayDir)

@@ -160,6 +160,14 @@ func printStatus(w io.Writer, st *coordinator.FarmStatus) {
 				strings.Join(hb.Policies, ","), hb.Version, st.At.Sub(hb.Updated).Round(time.Second))
 		}
 	}
+	if replicas := replicaRows(st.Workers); len(replicas) > 0 {
+		tw.Flush() // a table of its own: its columns are not the workers'
+		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "REPLICA\tMODEL\tWORKER\tEPISODES\tREQUESTS\tERRORS\tHEALTH")
+		for _, r := range replicas {
+			fmt.Fprintln(tw, r)
+		}
+	}
 	if len(st.Runs) > 0 {
 		fmt.Fprintln(tw, "RUN\tITERATION\tDONE\tDEAD\tSHARDED\tPER MIN\tETA\tCREATED")
 		for _, r := range st.Runs {
@@ -191,4 +199,20 @@ func printStatus(w io.Writer, st *coordinator.FarmStatus) {
 			fmt.Fprintf(w, "run %s: %d dead (requeue with `a2farm jobs retry`): %s\n", r.RunID, r.DeadReasons[why], text)
 		}
 	}
+}
+
+// replicaRows are the policy servers each live worker reports, one
+// tab-separated row per worker and server.
+func replicaRows(workers []bus.Heartbeat) []string {
+	var rows []string
+	for _, hb := range workers {
+		for _, r := range hb.Replicas {
+			health := "ok"
+			if !r.Healthy {
+				health = "failing (backing off)"
+			}
+			rows = append(rows, fmt.Sprintf("%s\t%s\t%s\t%d\t%d\t%d\t%s", r.URL, r.Model, hb.ID, r.InFlight, r.Requests, r.Errors, health))
+		}
+	}
+	return rows
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/a2farm/a2farm/internal/bus"
 	"github.com/a2farm/a2farm/internal/telemetry"
+	"github.com/a2farm/a2farm/worker/policy"
 )
 
 // metricsFlags serve /metrics and /healthz from a long-running command.
@@ -73,4 +74,16 @@ func joinFarm(ctx context.Context, e *env, nf *natsFlags, mf *metricsFlags, name
 		return nil, err
 	}
 	return &farmMember{bus: b, metrics: metrics, leave: func() { stopMetrics(); nc.Close() }}, nil
+}
+
+// replicaMetrics reads a registry's policy servers for the metrics.
+func replicaMetrics(reg *policy.Registry) func() []telemetry.Replica {
+	return func() []telemetry.Replica {
+		var out []telemetry.Replica
+		for _, r := range reg.Replicas() {
+			out = append(out, telemetry.Replica{Model: r.Model, URL: r.URL, InFlight: r.InFlight, Requests: r.Requests,
+				Errors: r.Errors, Healthy: r.Healthy})
+		}
+		return out
+	}
 }

@@ -154,6 +154,7 @@ func runUp(ctx context.Context, e *env, o *upOptions) error {
 		return err
 	}
 	defer stopMetrics()
+	instruments.WatchReplicas(replicaMetrics(p.policies))
 	stopPage, err := o.startStatusPage(ctx, e, b)
 	if err != nil {
 		return err
@@ -178,6 +179,7 @@ func runUp(ctx context.Context, e *env, o *upOptions) error {
 	roles := startRoles(ctx, o.workers, func(ctx context.Context, i int) error {
 		return worker.Run(ctx, worker.Config{Bus: b, Repos: repos, Policies: p.policies, Index: p.index,
 			Concurrency: o.concurrency, LocalIndexes: o.localIndexes, WorkerID: fmt.Sprintf("up-%d", i), Version: version(), Log: e.log,
+			OutageBudget: o.endpoints.outageBudget,
 			OnTrajectory: instruments.ObserveTrajectory, OnIndex: instruments.IndexReady, OnIndexMemory: instruments.IndexMemory})
 	}, func(ctx context.Context, closed func()) error {
 		return learner.Serve(ctx, learner.ServiceConfig{Bus: b, Out: learnerOut, Learner: p.learn, Log: e.log,

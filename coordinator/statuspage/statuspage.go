@@ -21,6 +21,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/a2farm/a2farm/coordinator"
+	"github.com/a2farm/a2farm/internal/bus"
 	"github.com/a2farm/a2farm/internal/chart"
 )
 
@@ -173,6 +174,9 @@ var page = template.Must(template.New("status").Funcs(template.FuncMap{
 	},
 	"f1":     func(v float64) string { return fmt.Sprintf("%.1f", v) },
 	"silent": func(st *coordinator.FarmStatus, id string) bool { return slices.Contains(st.Silent, id) },
+	"hasReplicas": func(workers []bus.Heartbeat) bool {
+		return slices.ContainsFunc(workers, func(hb bus.Heartbeat) bool { return len(hb.Replicas) > 0 })
+	},
 }).Parse(pageText))
 
 // pageView is what the template reads.

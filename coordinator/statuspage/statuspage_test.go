@@ -54,7 +54,9 @@ func farm(t *testing.T) (*Server, *time.Time) {
 	}
 	now := pub.Manifest.Created
 	hb, _ := json.Marshal(bus.Heartbeat{ID: "w-1", Host: "gpu-7", Active: 3, Capacity: 8, Done: 2,
-		Policies: []string{"heuristic"}, Version: "test", Updated: now.Add(3 * time.Minute)})
+		Policies: []string{"heuristic"}, Version: "test", Updated: now.Add(3 * time.Minute),
+		Replicas: []bus.ReplicaLoad{{Model: "qwen", URL: "http://gpu-7:8000/v1", InFlight: 2, Requests: 41, Errors: 1, Healthy: true},
+			{Model: "qwen", URL: "http://gpu-8:8000/v1", Requests: 9, Errors: 5}}})
 	if _, err := b.Workers.Put(ctx, "w-1", hb); err != nil {
 		t.Fatal(err)
 	}
@@ -215,7 +217,8 @@ func TestPageInABrowser(t *testing.T) {
 	if len(seen.Errors) > 0 {
 		t.Errorf("errors in the browser: %v", seen.Errors)
 	}
-	for _, want := range []string{"6 pending", "w-1", "gpu-7", "3/8", "38%", "run-a", "2/6", "0/3", "Learner: none receiving; 2 trajectories waiting"} {
+	for _, want := range []string{"6 pending", "w-1", "gpu-7", "3/8", "38%", "run-a", "2/6", "0/3", "Learner: none receiving; 2 trajectories waiting",
+		"http://gpu-7:8000/v1", "http://gpu-8:8000/v1", "failing (backing off)"} {
 		if !strings.Contains(seen.Text, want) {
 			t.Errorf("the page's text lacks %q:\n%s", want, seen.Text)
 		}

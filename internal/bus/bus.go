@@ -321,10 +321,25 @@ type Heartbeat struct {
 	Lacks []string `json:"lacks,omitempty"`
 	// Indexes are the snapshot indexes the worker holds open, IndexBytes
 	// their estimated memory and IndexBudget its bound (--index-memory).
-	Indexes     int       `json:"indexes,omitempty"`
-	IndexBytes  int64     `json:"index_bytes,omitempty"`
-	IndexBudget int64     `json:"index_budget,omitempty"`
-	Updated     time.Time `json:"updated"`
+	Indexes     int   `json:"indexes,omitempty"`
+	IndexBytes  int64 `json:"index_bytes,omitempty"`
+	IndexBudget int64 `json:"index_budget,omitempty"`
+	// Replicas are the policy servers the worker sends episodes to.
+	Replicas []ReplicaLoad `json:"replicas,omitempty"`
+	Updated  time.Time     `json:"updated"`
+}
+
+// ReplicaLoad is what a worker reports of one policy server.
+type ReplicaLoad struct {
+	// Model is the model the replica serves ("*": any).
+	Model string `json:"model"`
+	URL   string `json:"url"`
+	// InFlight are the worker's episodes bound to it now; Requests and
+	// Errors count chat requests and those that failed after the retries.
+	InFlight int   `json:"in_flight"`
+	Requests int64 `json:"requests"`
+	Errors   int64 `json:"errors"`
+	Healthy  bool  `json:"healthy"`
 }
 
 // HeartbeatTTL is how long a worker's heartbeat lives.
@@ -390,6 +405,18 @@ func (b *Bus) HandOff(ctx context.Context, job schema.Job) error {
 	job.Handoffs++
 	if err := b.queueJob(ctx, job, fmt.Sprintf("%s#%d/handoff-%d", job.JobID, max(job.Attempt, 1), job.Handoffs)); err != nil {
 		return fmt.Errorf("hand off job %s: %w", job.JobID, err)
+	}
+	return nil
+}
+
+// Requeue queues a job again as a fresh message, like HandOff, for a job
+// that waits out an outage of its model: its deliveries are not spent
+// while no server can play it. The caller acknowledges the original only
+// after this returns.
+func (b *Bus) Requeue(ctx context.Context, job schema.Job) error {
+	job.Outages++
+	if err := b.queueJob(ctx, job, fmt.Sprintf("%s#%d/outage-%d", job.JobID, max(job.Attempt, 1), job.Outages)); err != nil {
+		return fmt.Errorf("requeue job %s: %w", job.JobID, err)
 	}
 	return nil
 }

@@ -104,6 +104,9 @@ type Request struct {
 	Stop        []string        `json:"stop,omitempty"`
 	Seed        *int64          `json:"seed,omitempty"`
 	Extra       map[string]any  `json:"-"`
+	// Header holds extra HTTP headers of the request (an episode id for
+	// a router with consistent hashing, say); not part of the body.
+	Header http.Header `json:"-"`
 }
 
 // MarshalJSON writes the request with Tools (which must hold valid JSON,
@@ -254,12 +257,12 @@ func (c *Client) Chat(ctx context.Context, req Request) (*Response, error) {
 	}
 	delay := c.cfg.Backoff
 	for attempt := 0; ; attempt++ {
-		resp, retryAfter, err := c.once(ctx, body)
+		resp, retryAfter, err := c.once(ctx, body, req.Header)
 		if err == nil {
 			return resp, nil
 		}
 		var se *StatusError
-		retryable := errors.As(err, &se) && se.Retryable() || isNetworkError(err)
+		retryable := errors.As(err, &se) && se.Retryable() || IsNetworkError(err)
 		if !retryable || attempt >= c.cfg.MaxRetries || ctx.Err() != nil {
 			return nil, err
 		}
@@ -276,12 +279,15 @@ func (c *Client) Chat(ctx context.Context, req Request) (*Response, error) {
 	}
 }
 
-func (c *Client) once(ctx context.Context, body []byte) (*Response, time.Duration, error) {
+func (c *Client) once(ctx context.Context, body []byte, header http.Header) (*Response, time.Duration, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
 	defer cancel()
 	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url, bytes.NewReader(body))
 	if err != nil {
 		return nil, 0, err
+	}
+	for k, vs := range header {
+		hreq.Header[k] = vs
 	}
 	hreq.Header.Set("Content-Type", "application/json")
 	if c.cfg.APIKey != "" {
@@ -318,7 +324,9 @@ type networkError struct{ err error }
 func (e *networkError) Error() string { return "llm: " + e.err.Error() }
 func (e *networkError) Unwrap() error { return e.err }
 
-func isNetworkError(err error) bool {
+// IsNetworkError reports whether err is a failure to reach the server or
+// read its answer (as opposed to an answer the server gave).
+func IsNetworkError(err error) bool {
 	var ne *networkError
 	return errors.As(err, &ne)
 }

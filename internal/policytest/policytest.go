@@ -45,7 +45,14 @@ func Scripted(tb testing.TB, delay time.Duration) *ScriptedServer {
 // concurrent use).
 func ScriptedDelays(tb testing.TB, delay func() time.Duration) *ScriptedServer {
 	s := &ScriptedServer{}
-	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	s.Server = httptest.NewServer(s.handler(delay))
+	tb.Cleanup(s.Close)
+	return s
+}
+
+// handler answers chat completions with the scripted episode.
+func (s *ScriptedServer) handler(delay func() time.Duration) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		time.Sleep(delay())
 		var req struct {
 			Messages []struct {
@@ -72,9 +79,7 @@ func ScriptedDelays(tb testing.TB, delay func() time.Duration) *ScriptedServer {
 			defer s.finished.Add(1)
 		}
 		fmt.Fprintf(w, `{"choices":[{"message":{"role":"assistant","content":"","tool_calls":[{"id":"c%d","type":"function","function":%s}]}}]}`, turn, call)
-	}))
-	tb.Cleanup(s.Close)
-	return s
+	})
 }
 
 // Request is what a Recorder's script sees of one chat completion.

@@ -209,3 +209,50 @@ func Serve(ctx context.Context, ln net.Listener, m *Metrics, health Health, log 
 	}
 	return nil
 }
+
+// Replica is one policy server as a worker sees it.
+type Replica struct {
+	Model, URL       string
+	InFlight         int
+	Requests, Errors int64
+	Healthy          bool
+}
+
+// WatchReplicas exports each policy server's requests, errors, episodes
+// in flight and health, read from the worker at each scrape.
+func (m *Metrics) WatchReplicas(read func() []Replica) {
+	labels := []string{"model", "replica"}
+	m.reg.MustRegister(&replicaCollector{read: read,
+		requests: prometheus.NewDesc("a2farm_policy_replica_requests_total", "Chat requests sent to a policy server.", labels, nil),
+		errors: prometheus.NewDesc("a2farm_policy_replica_errors_total",
+			"Chat requests to a policy server that failed after the client's retries.", labels, nil),
+		inFlight: prometheus.NewDesc("a2farm_policy_replica_episodes_in_flight", "Episodes bound to a policy server now.", labels, nil),
+		healthy: prometheus.NewDesc("a2farm_policy_replica_healthy",
+			"1 while a policy server answers, 0 while it is skipped with back-off.", labels, nil)})
+}
+
+// replicaCollector reads the replicas once per scrape.
+type replicaCollector struct {
+	read                                func() []Replica
+	requests, errors, inFlight, healthy *prometheus.Desc
+}
+
+func (c *replicaCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.requests
+	ch <- c.errors
+	ch <- c.inFlight
+	ch <- c.healthy
+}
+
+func (c *replicaCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, r := range c.read() {
+		healthy := 0.0
+		if r.Healthy {
+			healthy = 1
+		}
+		ch <- prometheus.MustNewConstMetric(c.requests, prometheus.CounterValue, float64(r.Requests), r.Model, r.URL)
+		ch <- prometheus.MustNewConstMetric(c.errors, prometheus.CounterValue, float64(r.Errors), r.Model, r.URL)
+		ch <- prometheus.MustNewConstMetric(c.inFlight, prometheus.GaugeValue, float64(r.InFlight), r.Model, r.URL)
+		ch <- prometheus.MustNewConstMetric(c.healthy, prometheus.GaugeValue, healthy, r.Model, r.URL)
+	}
+}

@@ -18,10 +18,16 @@ import (
 )
 
 // Model is the policy: given the conversation so far, the next assistant
-// message.
+// message. An error wrapping ErrUnavailable says the policy could not be
+// reached; any other error is the policy's own failure.
 type Model interface {
 	Next(ctx context.Context, req ModelRequest) (*ModelReply, error)
 }
+
+// ErrUnavailable marks a model that could not be reached (every server
+// down or overloaded): the episode is abandoned, not recorded, because an
+// outage says nothing of the policy. Run returns it as an error.
+var ErrUnavailable = errors.New("policy unavailable")
 
 // ModelRequest is what the policy sees at one turn.
 type ModelRequest struct {
@@ -52,6 +58,8 @@ type ModelReply struct {
 	// and of the completion, when it returns them.
 	PromptTokenIDs, TokenIDs []int32
 	Logprobs                 []float32
+	// Replica names the server that answered, when the model has several.
+	Replica string
 }
 
 // Config bounds an episode.
@@ -104,8 +112,8 @@ type Episode struct {
 }
 
 // Run plays one episode and returns its trajectory. Only a context
-// cancellation is returned as an error; policy failures and timeouts end
-// up in the trajectory's status.
+// cancellation and an unreachable model (ErrUnavailable) are returned as
+// errors; policy failures and timeouts end up in the trajectory's status.
 func Run(ctx context.Context, cfg Config, ep Episode) (schema.Trajectory, error) {
 	cfg = cfg.withDefaults()
 	job := ep.Job
@@ -174,6 +182,9 @@ func Run(ctx context.Context, cfg Config, ep Episode) (schema.Trajectory, error)
 				}
 				return tr, ctx.Err()
 			}
+			if errors.Is(err, ErrUnavailable) {
+				return tr, err
+			}
 			tr.Status, tr.Error = schema.StatusPolicyError, err.Error()
 			if prefix != nil && turn < prefix.turns {
 				tr.Status = schema.StatusInfraError // the record, not the policy
@@ -188,7 +199,7 @@ func Run(ctx context.Context, cfg Config, ep Episode) (schema.Trajectory, error)
 		turnRec := schema.Turn{
 			Index: int64(turn), AssistantContent: msg.Content, Reasoning: msg.Reasoning, ToolCalls: msg.ToolCalls,
 			FinishReason: reply.FinishReason, PromptTokens: reply.PromptTokens,
-			CompletionTokens: reply.CompletionTokens, PolicyLatencyMS: ms(latency),
+			CompletionTokens: reply.CompletionTokens, PolicyLatencyMS: ms(latency), Replica: reply.Replica,
 			TokenIDs: reply.TokenIDs, Logprobs: reply.Logprobs,
 		}
 		turnRec.PromptTokenKeep, turnRec.PromptTokenIDs = schema.TokenDelta(baseIDs, reply.PromptTokenIDs)

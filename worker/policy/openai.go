@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"net/url"
+	"sync"
 
 	"github.com/a2farm/a2farm/internal/llm"
 	"github.com/a2farm/a2farm/schema"
@@ -15,27 +17,33 @@ import (
 // OpenAI plays one job with a model served by an OpenAI-compatible
 // endpoint (vLLM, SGLang, OpenAI): native tool calls, or the text
 // <function=...> syntax in text mode. Everything it sends — model, sampling,
-// seed, token capture — comes from the job. It is safe for concurrent use.
+// seed, token capture — comes from the job. One OpenAI plays one episode:
+// it keeps to one replica of the model for every turn (moving only when
+// that replica fails) and frees it on Close.
 type OpenAI struct {
-	client   *llm.Client
-	endpoint string
+	replicas *Replicas
+	episode  string // sent in the replicas' episode header
+	prefer   string // the replica to try first (a branch's parent's)
 	policy   schema.Policy
 	sampling schema.Sampling
+
+	mu    sync.Mutex
+	bound *replica // the episode's replica; nil before the first turn
 }
 
-// NewOpenAI binds a job's policy and sampling to a client of the endpoint
-// that serves its model; endpoint names it in trajectories (no secrets).
-func NewOpenAI(client *llm.Client, endpoint string, p schema.Policy, s schema.Sampling) (*OpenAI, error) {
+// NewOpenAI binds a job's policy and sampling to the replicas that serve
+// its model; episode identifies the episode to a router in front of them.
+func NewOpenAI(replicas *Replicas, episode string, p schema.Policy, s schema.Sampling) (*OpenAI, error) {
 	switch {
-	case client == nil:
-		return nil, errors.New("openai policy: a client is required")
+	case replicas == nil || len(replicas.replicas) == 0:
+		return nil, errors.New("openai policy: a server is required")
 	case p.Model == "":
 		return nil, errors.New("openai policy: the job names no model")
 	}
 	if err := ValidateSampling(s); err != nil {
 		return nil, err
 	}
-	return &OpenAI{client: client, endpoint: endpoint, policy: p, sampling: s}, nil
+	return &OpenAI{replicas: replicas, episode: episode, policy: p, sampling: s}, nil
 }
 
 // ValidateSampling rejects parameters no server accepts.
@@ -55,8 +63,74 @@ func ValidateSampling(s schema.Sampling) error {
 	return nil
 }
 
-// Endpoint is where the model is served, without credentials.
-func (o *OpenAI) Endpoint() string { return o.endpoint }
+// Endpoint is where the model is served, without credentials: the
+// episode's replica once it has one, else the first replica.
+func (o *OpenAI) Endpoint() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.bound != nil {
+		return o.bound.name
+	}
+	return o.replicas.replicas[0].name
+}
+
+// PreferReplica asks for the named replica when the episode picks one (a
+// branch resumes where its parent's conversation is cached); a replica
+// that is not one of these, or is failing, is ignored.
+func (o *OpenAI) PreferReplica(name string) { o.prefer = name }
+
+// Close ends the episode: its replica is free for others.
+func (o *OpenAI) Close() error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.bound != nil {
+		o.replicas.release(o.bound)
+		o.bound = nil
+	}
+	return nil
+}
+
+// send sends one turn's request to the episode's replica, binding one
+// first; a replica that fails after the client's retries is marked and
+// the request goes, whole, to another healthy one. With none left the
+// error wraps ErrNoReplica.
+func (o *OpenAI) send(ctx context.Context, r llm.Request) (*llm.Response, string, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	sticky := o.replicas.routing == RouteSticky
+	var lastErr error
+	for {
+		if o.bound == nil {
+			rep, err := o.replicas.acquire(o.prefer, nil)
+			if err != nil {
+				if lastErr != nil {
+					err = fmt.Errorf("%w; last error: %v", err, lastErr)
+				}
+				return nil, "", err
+			}
+			o.bound = rep
+		}
+		rep := o.bound
+		resp, err := rep.client.Chat(ctx, r)
+		if !sticky {
+			o.replicas.release(rep)
+			o.bound = nil
+		}
+		if err == nil {
+			o.replicas.answered(rep)
+			return resp, rep.name, nil
+		}
+		if ctx.Err() != nil || !unavailable(err) {
+			return nil, rep.name, err
+		}
+		o.replicas.failed(rep)
+		if sticky {
+			o.replicas.release(rep)
+			o.bound = nil
+		}
+		lastErr = fmt.Errorf("%s: %w", rep.name, err)
+	}
+}
 
 // Next implements agent.Model.
 func (o *OpenAI) Next(ctx context.Context, req agent.ModelRequest) (*agent.ModelReply, error) {
@@ -94,7 +168,10 @@ func (o *OpenAI) Next(ctx context.Context, req agent.ModelRequest) (*agent.Model
 		}
 		r.Tools = tools
 	}
-	resp, err := o.client.Chat(ctx, r)
+	if o.replicas.header != "" && o.episode != "" {
+		r.Header = http.Header{o.replicas.header: {o.episode}}
+	}
+	resp, name, err := o.send(ctx, r)
 	if err != nil {
 		return nil, err
 	}
@@ -109,6 +186,7 @@ func (o *OpenAI) Next(ctx context.Context, req agent.ModelRequest) (*agent.Model
 		PromptTokenIDs:   resp.PromptTokenIDs,
 		TokenIDs:         choice.TokenIDs,
 		Logprobs:         choice.TokenLogprobs(),
+		Replica:          name,
 	}, nil
 }
 

@@ -3,6 +3,7 @@ package policy
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -95,31 +96,37 @@ func newFixture(t *testing.T) fixture {
 
 func (f fixture) run(t *testing.T, srv *httptest.Server, clientCfg llm.Config, cfg agent.Config, pol schema.Policy, sampling schema.Sampling) schema.Trajectory {
 	t.Helper()
-	clientCfg.BaseURL = srv.URL + "/v1"
-	if clientCfg.Backoff == 0 {
-		clientCfg.Backoff = time.Millisecond
-	}
-	client, err := llm.New(clientCfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pol.Kind, pol.Model = schema.PolicyOpenAI, "qwen"
-	sampling.Seed = schema.SampleSeed(7, 3)
-	model, err := NewOpenAI(client, "test-server", pol, sampling)
-	if err != nil {
-		t.Fatal(err)
-	}
-	set, err := tools.New(f.idx, tools.Options{ProblemStatement: f.inst.ProblemStatement})
-	if err != nil {
-		t.Fatal(err)
-	}
-	job := schema.Job{JobID: "r/0/" + f.inst.InstanceID + "/3", InstanceID: f.inst.InstanceID, Repo: f.inst.Repo,
-		ProblemStatement: f.inst.ProblemStatement, Sample: 3, Policy: pol, Sampling: sampling}
-	tr, err := agent.Run(context.Background(), cfg, agent.Episode{Job: job, Tools: set, Graph: f.idx.Graph, Model: model})
+	tr, err := f.play(srv, clientCfg, cfg, pol, sampling)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return tr
+}
+
+// play plays one episode against srv with the client's settings.
+func (f fixture) play(srv *httptest.Server, clientCfg llm.Config, cfg agent.Config, pol schema.Policy, sampling schema.Sampling) (schema.Trajectory, error) {
+	if clientCfg.Backoff == 0 {
+		clientCfg.Backoff = time.Millisecond
+	}
+	replicas, err := newReplicas("qwen", []string{srv.URL + "/v1"}, EndpointConfig{RequestTimeout: clientCfg.Timeout,
+		MaxRetries: clientCfg.MaxRetries, RetryBackoff: clientCfg.Backoff})
+	if err != nil {
+		return schema.Trajectory{}, err
+	}
+	pol.Kind, pol.Model = schema.PolicyOpenAI, "qwen"
+	sampling.Seed = schema.SampleSeed(7, 3)
+	job := schema.Job{JobID: "r/0/" + f.inst.InstanceID + "/3", InstanceID: f.inst.InstanceID, Repo: f.inst.Repo,
+		ProblemStatement: f.inst.ProblemStatement, Sample: 3, Policy: pol, Sampling: sampling}
+	model, err := NewOpenAI(replicas, EpisodeID(job), pol, sampling)
+	if err != nil {
+		return schema.Trajectory{}, err
+	}
+	defer model.Close()
+	set, err := tools.New(f.idx, tools.Options{ProblemStatement: f.inst.ProblemStatement})
+	if err != nil {
+		return schema.Trajectory{}, err
+	}
+	return agent.Run(context.Background(), cfg, agent.Episode{Job: job, Tools: set, Graph: f.idx.Graph, Model: model})
 }
 
 const goodAnswer = "```\\ninventory/models.py\\nfunction: Warehouse.remove_item\\n```"
@@ -215,12 +222,23 @@ func TestOpenAIRecoversFromTransientErrors(t *testing.T) {
 	}
 }
 
-func TestOpenAITimeoutsBecomePolicyErrors(t *testing.T) {
+// TestOpenAITimeoutsAreOutages: a server that never answers in time says
+// nothing of the policy — the episode is abandoned with ErrUnavailable,
+// no trajectory is made of it — while a request the server refuses is
+// the policy's own failure.
+func TestOpenAITimeoutsAreOutages(t *testing.T) {
 	f := newFixture(t)
 	srv := policyServer(t, func(w http.ResponseWriter, _ chatRequest, _ int) { time.Sleep(300 * time.Millisecond) })
-	tr := f.run(t, srv, llm.Config{Timeout: 30 * time.Millisecond, MaxRetries: 1}, agent.Config{}, schema.Policy{}, schema.Sampling{})
-	if tr.Status != schema.StatusPolicyError || !strings.Contains(tr.Error, "deadline") {
-		t.Errorf("status %s, error %q; want policy_error from timeouts", tr.Status, tr.Error)
+	_, err := f.play(srv, llm.Config{Timeout: 30 * time.Millisecond, MaxRetries: 1}, agent.Config{}, schema.Policy{}, schema.Sampling{})
+	if !errors.Is(err, agent.ErrUnavailable) || !strings.Contains(err.Error(), "deadline") {
+		t.Errorf("error %v; want the policy unavailable after timeouts", err)
+	}
+	refuses := policyServer(t, func(w http.ResponseWriter, _ chatRequest, _ int) {
+		http.Error(w, `{"error": {"message": "unknown field"}}`, http.StatusBadRequest)
+	})
+	tr := f.run(t, refuses, llm.Config{}, agent.Config{}, schema.Policy{}, schema.Sampling{})
+	if tr.Status != schema.StatusPolicyError || !strings.Contains(tr.Error, "400") {
+		t.Errorf("status %s, error %q; want policy_error from a refused request", tr.Status, tr.Error)
 	}
 }
 

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"maps"
@@ -8,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/a2farm/a2farm/internal/llm"
 	"github.com/a2farm/a2farm/schema"
 	"github.com/a2farm/a2farm/worker/agent"
 )
@@ -28,6 +28,8 @@ type Registry struct {
 	factories map[schema.PolicyKind]Factory
 	// offers are what each kind can play, as workers advertise it.
 	offers map[schema.PolicyKind][]string
+	// endpoints serve the openai kind (nil in a zero Registry).
+	endpoints *endpoints
 }
 
 // Register makes kind playable; a second registration replaces the first.
@@ -75,6 +77,59 @@ func (r *Registry) Kinds() []string {
 	return kinds
 }
 
+// Replicas reports every replica of every model this registry serves.
+func (r *Registry) Replicas() []ReplicaStats {
+	var out []ReplicaStats
+	if r.endpoints != nil {
+		for _, rs := range r.endpoints.sets() {
+			out = append(out, rs.Stats()...)
+		}
+	}
+	return out
+}
+
+// Outage reports whether a job's model is out: it is served by replicas
+// here and none of them answers, since when. Local kinds never are.
+func (r *Registry) Outage(job schema.Job) (since time.Time, out bool) {
+	if job.Policy.Kind != schema.PolicyOpenAI || r.endpoints == nil {
+		return time.Time{}, false
+	}
+	if rs := r.endpoints.serving(job.Policy.Model); rs != nil {
+		return rs.Outage()
+	}
+	return time.Time{}, false
+}
+
+// AllOut reports whether this registry serves remote models and none of
+// their replicas answers — the process can play nothing a farm sends it
+// but the local kinds — and since when (the most recent set to go out).
+func (r *Registry) AllOut() (since time.Time, out bool) {
+	if r.endpoints == nil {
+		return time.Time{}, false
+	}
+	sets := r.endpoints.sets()
+	for _, rs := range sets {
+		s, ok := rs.Outage()
+		if !ok {
+			return time.Time{}, false
+		}
+		if s.After(since) {
+			since = s
+		}
+	}
+	return since, len(sets) > 0
+}
+
+// Probe asks every failing replica whose back-off is over whether it
+// answers again.
+func (r *Registry) Probe(ctx context.Context) {
+	if r.endpoints != nil {
+		for _, rs := range r.endpoints.sets() {
+			rs.Probe(ctx)
+		}
+	}
+}
+
 // Model builds the model for job. An error wrapping ErrUnservable means
 // the job must go to a process that can serve it.
 func (r *Registry) Model(job schema.Job) (agent.Model, error) {
@@ -88,16 +143,29 @@ func (r *Registry) Model(job schema.Job) (agent.Model, error) {
 
 // EndpointConfig says where models are served.
 type EndpointConfig struct {
-	// BaseURL serves any model name (one vLLM server with several LoRA
-	// adapters, say); empty for none.
-	BaseURL string
-	// Models maps a model or adapter name to the server that serves it;
-	// it wins over BaseURL.
-	Models map[string]string
-	// APIKey is sent to every endpoint; RequestTimeout bounds one attempt.
+	// BaseURLs are the replicas of a server that serves any model name
+	// (vLLM with several LoRA adapters, say); empty for none.
+	BaseURLs []string
+	// Models maps a model or adapter name to the replicas that serve it;
+	// it wins over BaseURLs.
+	Models map[string][]string
+	// APIKey is sent to every endpoint; RequestTimeout bounds one attempt,
+	// MaxRetries and RetryBackoff the client's retries of one request on
+	// one replica (0: the client's defaults, 4 and 500 ms doubling).
 	APIKey         string
 	RequestTimeout time.Duration
+	MaxRetries     int
+	RetryBackoff   time.Duration
+	// Routing says how episodes pick replicas (default RouteSticky).
+	Routing Routing
+	// EpisodeHeader names the HTTP header that carries every request's
+	// episode id, for a router with consistent hashing in front of the
+	// replicas (default DefaultEpisodeHeader; "-": none).
+	EpisodeHeader string
 }
+
+// DefaultEpisodeHeader is the header that carries a request's episode id.
+const DefaultEpisodeHeader = "X-Episode-Id"
 
 // RegistryConfig configures the registry of a process that plays jobs.
 type RegistryConfig struct {
@@ -117,47 +185,46 @@ func NewRegistry(cfg RegistryConfig) (*Registry, error) {
 		return nil, err
 	}
 	r.register(schema.PolicyOpenAI, eps.model, eps.offers())
+	r.endpoints = eps
 	if cfg.Replay != nil {
 		r.Register(schema.PolicyReplay, func(schema.Job) (agent.Model, error) { return cfg.Replay, nil })
 	}
 	return r, nil
 }
 
-type endpoint struct {
-	client *llm.Client
-	name   string
-}
-
+// endpoints are the replica sets of the models this process serves.
 type endpoints struct {
-	fallback *endpoint
-	models   map[string]*endpoint
+	fallback *Replicas // nil: no server of any model
+	models   map[string]*Replicas
 }
 
 func newEndpoints(cfg EndpointConfig) (*endpoints, error) {
-	dial := func(raw string) (*endpoint, error) {
-		c, err := llm.New(llm.Config{BaseURL: raw, APIKey: cfg.APIKey, Timeout: cfg.RequestTimeout})
+	switch cfg.EpisodeHeader {
+	case "":
+		cfg.EpisodeHeader = DefaultEpisodeHeader
+	case "-":
+		cfg.EpisodeHeader = ""
+	}
+	eps := &endpoints{models: map[string]*Replicas{}}
+	if len(cfg.BaseURLs) > 0 {
+		rs, err := newReplicas("", cfg.BaseURLs, cfg)
 		if err != nil {
 			return nil, err
 		}
-		return &endpoint{client: c, name: RedactURL(raw)}, nil
+		eps.fallback = rs
 	}
-	eps := &endpoints{models: map[string]*endpoint{}}
-	if cfg.BaseURL != "" {
-		ep, err := dial(cfg.BaseURL)
-		if err != nil {
-			return nil, err
-		}
-		eps.fallback = ep
-	}
-	for model, raw := range cfg.Models {
+	for model, urls := range cfg.Models {
 		if model == "" {
-			return nil, fmt.Errorf("endpoint %s: empty model name", RedactURL(raw))
+			return nil, errors.New("endpoint: empty model name")
 		}
-		ep, err := dial(raw)
+		if len(urls) == 0 {
+			return nil, fmt.Errorf("endpoint for %s: no URL", model)
+		}
+		rs, err := newReplicas(model, urls, cfg)
 		if err != nil {
 			return nil, fmt.Errorf("endpoint for %s: %w", model, err)
 		}
-		eps.models[model] = ep
+		eps.models[model] = rs
 	}
 	return eps, nil
 }
@@ -173,12 +240,29 @@ func (e *endpoints) offers() []string {
 	return out
 }
 
-func (e *endpoints) model(job schema.Job) (agent.Model, error) {
-	ep := e.models[job.Policy.Model]
-	if ep == nil {
-		ep = e.fallback
+// sets lists every replica set, the any-model one first, then by model.
+func (e *endpoints) sets() []*Replicas {
+	var out []*Replicas
+	if e.fallback != nil {
+		out = append(out, e.fallback)
 	}
-	if ep == nil {
+	for _, m := range slices.Sorted(maps.Keys(e.models)) {
+		out = append(out, e.models[m])
+	}
+	return out
+}
+
+// serving returns the replicas that serve a model.
+func (e *endpoints) serving(model string) *Replicas {
+	if rs := e.models[model]; rs != nil {
+		return rs
+	}
+	return e.fallback
+}
+
+func (e *endpoints) model(job schema.Job) (agent.Model, error) {
+	rs := e.serving(job.Policy.Model)
+	if rs == nil {
 		served := slices.Sorted(maps.Keys(e.models))
 		if len(served) == 0 {
 			return nil, fmt.Errorf("%w: model %q: this process has no OpenAI-compatible endpoint (--base-url or --endpoint MODEL=URL)",
@@ -187,5 +271,14 @@ func (e *endpoints) model(job schema.Job) (agent.Model, error) {
 		return nil, fmt.Errorf("%w: model %q has no endpoint here (served: %s)", ErrUnservable, job.Policy.Model,
 			strings.Join(served, ", "))
 	}
-	return NewOpenAI(ep.client, ep.name, job.Policy, job.Sampling)
+	return NewOpenAI(rs, EpisodeID(job), job.Policy, job.Sampling)
+}
+
+// EpisodeID identifies a job's conversation to a router: a branch
+// continues its parent's, so it carries the parent's id.
+func EpisodeID(job schema.Job) string {
+	if job.Fork.IsBranch() {
+		return job.Fork.ParentJobID
+	}
+	return job.JobID
 }
