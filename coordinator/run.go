@@ -190,8 +190,9 @@ type WaitOptions struct {
 // of the run in the log (a dead-lettered job has one too: an infra_error).
 // A run that branches gets each instance's branches planned and published
 // here once its base samples are in, and is complete when they are
-// answered too. Wait returns only when the run is complete or ctx ends; a
-// lost server connection is waited out.
+// answered too. Wait returns when the run is complete, ctx ends or the
+// server refuses for good (bus.Permanent); a lost server connection is
+// waited out.
 func Wait(ctx context.Context, b *bus.Bus, m *schema.RunManifest, o WaitOptions) error {
 	if m.Spec.Branching.On() && len(o.Instances) == 0 {
 		return errors.New("coordinator: a run that branches needs its dataset rows to plan branches from")
@@ -210,6 +211,9 @@ func Wait(ctx context.Context, b *bus.Bus, m *schema.RunManifest, o WaitOptions)
 			n, total, complete, err = f.update(ctx)
 		}
 		if err != nil && ctx.Err() == nil {
+			if bus.Permanent(err) { // the server will never do it: waiting would loop forever
+				return fmt.Errorf("follow run %s: %w", m.RunID, err)
+			}
 			if o.OnError != nil {
 				o.OnError(err)
 			}

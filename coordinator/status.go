@@ -16,8 +16,11 @@ type FarmStatus struct {
 	InFlight uint64    `json:"in_flight"` // delivered, not yet acknowledged
 	// Redelivered counts jobs delivered more than once and not yet done:
 	// workers that died or timed out on them.
-	Redelivered uint64          `json:"redelivered"`
-	Workers     []bus.Heartbeat `json:"workers"`
+	Redelivered uint64 `json:"redelivered"`
+	// HandedOff counts jobs a worker that could not play them handed to
+	// a named one that can: waiting in its inbox or being played there.
+	HandedOff uint64          `json:"handed_off,omitempty"`
+	Workers   []bus.Heartbeat `json:"workers"`
 	// Silent are workers whose heartbeat has not been renewed for two of
 	// its periods: stopped or cut off, though their entry lives until it
 	// expires.
@@ -62,7 +65,7 @@ func Status(ctx context.Context, b *bus.Bus, runID string, now time.Time) (*Farm
 	if err != nil {
 		return nil, fmt.Errorf("queue depth: %w", err)
 	}
-	st.Pending, st.InFlight, st.Redelivered = q.Pending, q.InFlight, q.Redelivered
+	st.Pending, st.InFlight, st.Redelivered, st.HandedOff = q.Pending, q.InFlight, q.Redelivered, q.Handed
 	if st.Workers, err = b.LiveWorkers(ctx); err != nil {
 		return nil, fmt.Errorf("workers: %w", err)
 	}

@@ -145,6 +145,9 @@ func Serve(ctx context.Context, cfg ServiceConfig) error {
 			if ctx.Err() != nil {
 				break
 			}
+			if bus.Permanent(err) { // waiting would not help: say why and stop
+				return fmt.Errorf("read the trajectory log: %w", err)
+			}
 			if lostSince.IsZero() {
 				lostSince = time.Now()
 				cfg.Log.Warn().Err(err).Msg("cannot read the trajectory log; retrying until the server answers")

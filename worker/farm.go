@@ -86,10 +86,20 @@ type Config struct {
 	// OnIndexMemory sees the open indexes whenever they change: how many,
 	// their estimated bytes and the IndexMemory budget (metrics).
 	OnIndexMemory func(open int, bytes, budget int64)
+	// OnHandOff sees every job this worker handed to another, and why:
+	// HandOffSnapshot or HandOffPolicy (metrics).
+	OnHandOff func(why string)
 	// Hooks for tests; nil in production.
 	OnJobStarted func(jobID string)
 	OnJobSettled func(jobID string, outcome string)
 }
+
+// Why a worker hands a job to another: it lacks the job's snapshot, or
+// does not serve its policy.
+const (
+	HandOffSnapshot = "snapshot"
+	HandOffPolicy   = "policy"
+)
 
 // DefaultIndexMemory is the default budget of a worker's open indexes.
 const DefaultIndexMemory = 4 << 30
@@ -144,7 +154,13 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer cleanup()
-	w := &farmWorker{cfg: cfg, indexes: map[string]*indexEntry{}, lacks: map[string]time.Time{}, beat: make(chan struct{}, 1)}
+	// A server that refuses for good stops the worker as a stop request
+	// would, and Run returns why.
+	var stopErr error
+	ctx, stopPulling := context.WithCancel(ctx)
+	defer stopPulling()
+	w := &farmWorker{cfg: cfg, indexes: map[string]*indexEntry{}, lacks: map[string]time.Time{}, beat: make(chan struct{}, 1),
+		inbox: &inbox{bus: cfg.Bus, workerID: cfg.WorkerID, log: cfg.Log}}
 	// Episodes run under their own context, cancelled only after the
 	// grace period, so that a stop request does not cut them short.
 	workCtx, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
@@ -159,6 +175,20 @@ func Run(ctx context.Context, cfg Config) error {
 	go w.heartbeat(ctx, hbDone)
 	probeDone := make(chan struct{})
 	go w.probe(ctx, probeDone)
+	// dispatch plays a pulled job in its slot.
+	dispatch := func(msg jetstream.Msg) {
+		if ctx.Err() != nil { // stopping: a job that arrives now goes straight back
+			_ = msg.Nak()
+			<-slots
+			return
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-slots }()
+			w.handle(workCtx, msg)
+		}()
+	}
 	for ctx.Err() == nil {
 		if w.pauseForOutage(ctx) {
 			continue
@@ -180,39 +210,39 @@ func Run(ctx context.Context, cfg Config) error {
 				break fill
 			}
 		}
-		batch, err := cfg.Bus.Consumer.Fetch(want, jetstream.FetchMaxWait(2*time.Second))
-		if err != nil {
-			for range want {
-				<-slots
-			}
-			if ctx.Err() != nil {
-				break
-			}
-			cfg.Log.Warn().Err(err).Msg("pull failed; retrying")
-			time.Sleep(time.Second)
-			continue
-		}
+		// Jobs handed to this worker come first: another worker chose it
+		// to play them.
 		got := 0
-		for msg := range batch.Messages() {
+		for _, msg := range w.inbox.take(ctx, want) {
 			got++
-			if ctx.Err() != nil { // stopping: a job that arrives now goes straight back
-				_ = msg.Nak()
-				<-slots
-				continue
+			dispatch(msg)
+		}
+		if got < want {
+			batch, err := cfg.Bus.Consumer.Fetch(want-got, jetstream.FetchMaxWait(2*time.Second))
+			if bus.Permanent(err) && ctx.Err() == nil {
+				// The server will never hand this worker a job: stop as on
+				// a stop request, and say why.
+				stopErr = fmt.Errorf("pull jobs: %w", err)
+				stopPulling()
 			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer func() { <-slots }()
-				w.handle(workCtx, msg)
-			}()
+			if err != nil {
+				if ctx.Err() == nil {
+					cfg.Log.Warn().Err(err).Msg("pull failed; retrying")
+					time.Sleep(time.Second)
+				}
+			} else {
+				for msg := range batch.Messages() {
+					got++
+					dispatch(msg)
+				}
+				if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) &&
+					!errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, nats.ErrTimeout) && ctx.Err() == nil {
+					cfg.Log.Warn().Err(err).Msg("pull ended early")
+				}
+			}
 		}
-		for range want - got { // slots the pull did not fill
+		for range want - got { // slots the pulls did not fill
 			<-slots
-		}
-		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) &&
-			!errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, nats.ErrTimeout) && ctx.Err() == nil {
-			cfg.Log.Warn().Err(err).Msg("pull ended early")
 		}
 	}
 	// Phase two: wait for the grace period, then cancel what still runs.
@@ -228,7 +258,7 @@ func Run(ctx context.Context, cfg Config) error {
 	<-hbDone
 	<-probeDone
 	w.closeIndexes()
-	return nil
+	return stopErr
 }
 
 // probeEvery is how often failing policy servers are asked whether they
@@ -328,6 +358,8 @@ type farmWorker struct {
 	beat chan struct{}
 	// paused is set while the pull loop waits out a policy outage.
 	paused atomic.Bool
+	// inbox holds the jobs other workers handed to this one.
+	inbox *inbox
 }
 
 type indexEntry struct {
@@ -478,7 +510,17 @@ func (w *farmWorker) handle(ctx context.Context, msg jetstream.Msg) {
 		err = w.runJob(ctx, job, msg)
 	}
 	outcome := "ack"
-	switch f, delay := decide(err); f {
+	f, delay := decide(err)
+	if (f == fateNak || f == fateNakDelay) && ctx.Err() == nil && bus.FromInbox(msg) && delivered(msg, 0) >= w.cfg.Bus.MaxDeliver() {
+		// An inbox has no delivery limit: a job that keeps failing on the
+		// worker it was handed to goes back to the shared queue, where
+		// any worker may play it and the limit and dead letters apply.
+		if merr := w.cfg.Bus.MoveToQueue(context.WithoutCancel(ctx), job, bus.Declined(msg)); merr == nil {
+			w.cfg.Log.Warn().Err(err).Str("job", job.JobID).Msg("a job handed to this worker keeps failing; moved back to the queue")
+			f = fateAck
+		}
+	}
+	switch f {
 	case fateAck:
 		err = msg.DoubleAck(context.WithoutCancel(ctx))
 	case fateTerm:
@@ -607,24 +649,17 @@ func keepAlive(msg jetstream.Msg, ackWait time.Duration) (stop func()) {
 	return func() { close(done); <-stopped }
 }
 
-// maxHandoffs bounds how often a job is passed on between workers that
-// cannot serve it (a heartbeat outliving its worker may advertise a
-// policy nobody serves any more).
-const maxHandoffs = 16
-
 // cannotServe settles a job whose policy this worker cannot play: it never
 // plays it with another policy. While another live worker offers the
-// policy, the job is handed off to the queue for it; otherwise the job is
-// given up with the reason, which its infra_error trajectory (recorded by
-// the learner) and its dead letter (shown by status, requeued by `jobs
-// retry` once a worker serves it) carry.
+// policy, the job is handed to it; otherwise the job is given up with the
+// reason, which its infra_error trajectory (recorded by the learner) and
+// its dead letter (shown by status, requeued by `jobs retry` once a worker
+// serves it) carry.
 func (w *farmWorker) cannotServe(ctx context.Context, job schema.Job, msg jetstream.Msg, why error) error {
 	ctx = context.WithoutCancel(ctx)
-	if job.Handoffs < maxHandoffs && w.othersOffer(ctx, job.Policy) {
-		if err := w.cfg.Bus.HandOff(ctx, job); err != nil {
-			return RetryAfter(err, 2*time.Second)
-		}
-		return nil
+	handed, err := w.handOff(ctx, job, msg, HandOffPolicy, func(hb bus.Heartbeat) bool { return policy.Offered(hb.Policies, job.Policy) })
+	if handed || err != nil {
+		return err
 	}
 	return w.giveUp(ctx, job, delivered(msg, 1), fmt.Sprintf("worker %s cannot serve the job's policy: %v", w.cfg.WorkerID, why))
 }
@@ -654,10 +689,11 @@ func (w *farmWorker) giveUp(ctx context.Context, job schema.Job, deliveries int,
 const lacksForget = 10 * time.Minute
 
 // lacksSnapshot settles a job whose repository or commit this worker does
-// not have. Another live worker that has not said it lacks the snapshot
-// gets the job (handed off: no delivery spent); with none, the job waits
-// in the queue for one (a delayed redelivery) and is given up, with the
-// reason, only on its last delivery — then `jobs retry` requeues it.
+// not have. It is handed to a live worker that has not said it lacks the
+// snapshot (its inbox keeps the job for it while it is busy; no delivery
+// spent); with none, the job waits in the queue for one (a delayed
+// redelivery) and is given up, with the reason, only on its last
+// delivery — then `jobs retry` requeues it.
 func (w *farmWorker) lacksSnapshot(ctx context.Context, job schema.Job, msg jetstream.Msg, why error) error {
 	snapshot := job.Repo + "@" + job.BaseCommit
 	w.mu.Lock()
@@ -665,35 +701,18 @@ func (w *farmWorker) lacksSnapshot(ctx context.Context, job schema.Job, msg jets
 	w.lacks[snapshot] = time.Now()
 	w.mu.Unlock()
 	if !known {
-		w.beatNow() // tell the others at once, so that they do not pass it back
+		w.beatNow() // tell the others at once, so that they do not pass it here
 	}
 	ctx = context.WithoutCancel(ctx)
-	if job.Handoffs < maxHandoffs && w.othersMayHave(ctx, snapshot) {
-		if err := w.cfg.Bus.HandOff(ctx, job); err != nil {
-			return RetryAfter(err, 2*time.Second)
-		}
-		return nil
+	handed, err := w.handOff(ctx, job, msg, HandOffSnapshot, func(hb bus.Heartbeat) bool { return !slices.Contains(hb.Lacks, snapshot) })
+	if handed || err != nil {
+		return err
 	}
 	deliveries := delivered(msg, w.cfg.Bus.MaxDeliver())
 	if deliveries < w.cfg.Bus.MaxDeliver() {
 		return RetryAfter(fmt.Errorf("snapshot %s: %w", snapshot, why), w.cfg.Bus.AckWait())
 	}
 	return w.giveUp(ctx, job, deliveries, fmt.Sprintf("no live worker has snapshot %s (worker %s: %v)", snapshot, w.cfg.WorkerID, why))
-}
-
-// othersMayHave reports whether another live worker has not reported
-// lacking the snapshot.
-func (w *farmWorker) othersMayHave(ctx context.Context, snapshot string) bool {
-	live, err := w.cfg.Bus.LiveWorkers(ctx)
-	if err != nil {
-		return true // cannot tell: pass it on rather than give it up
-	}
-	for _, hb := range live {
-		if hb.ID != w.cfg.WorkerID && !slices.Contains(hb.Lacks, snapshot) {
-			return true
-		}
-	}
-	return false
 }
 
 // lacking lists the snapshots this worker lacked recently, forgetting old
@@ -709,20 +728,6 @@ func (w *farmWorker) lacking() []string {
 	}
 	slices.Sort(out)
 	return out
-}
-
-// othersOffer reports whether another live worker advertises the policy.
-func (w *farmWorker) othersOffer(ctx context.Context, p schema.Policy) bool {
-	live, err := w.cfg.Bus.LiveWorkers(ctx)
-	if err != nil {
-		return true // cannot tell: hand it back rather than give it up
-	}
-	for _, hb := range live {
-		if hb.ID != w.cfg.WorkerID && policy.Offered(hb.Policies, p) {
-			return true
-		}
-	}
-	return false
 }
 
 // beatNow asks for a heartbeat at once: what others must know changed.
@@ -753,10 +758,20 @@ func (w *farmWorker) heartbeat(ctx context.Context, done chan<- struct{}) {
 	put(ctx)
 	t := time.NewTicker(every)
 	defer t.Stop()
+	rescue := time.NewTicker(w.cfg.Bus.HeartbeatTTL())
+	defer rescue.Stop()
 	for {
 		select {
 		case <-t.C:
 			put(ctx)
+		case <-rescue.C:
+			// Every worker looks after the inboxes of workers that are
+			// gone: nobody else would read them.
+			if n, err := w.cfg.Bus.RescueInboxes(ctx); err != nil {
+				w.cfg.Log.Debug().Err(err).Msg("rescuing the inboxes of workers that are gone failed")
+			} else if n > 0 {
+				w.cfg.Log.Info().Int("jobs", n).Msg("moved jobs handed to workers that are gone back to the queue")
+			}
 		case <-w.beat:
 			put(ctx)
 		case <-ctx.Done():

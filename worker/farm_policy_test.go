@@ -57,11 +57,16 @@ type policyFarm struct {
 	cons  jetstream.Consumer
 }
 
-func newPolicyFarm(t *testing.T) *policyFarm {
+// newPolicyFarm opens the farm's topology, with an ack wait of 5 s and
+// what tune changes.
+func newPolicyFarm(t *testing.T, tune ...func(*bus.Config)) *policyFarm {
 	_, js := natstest.New(t)
 	ctx := context.Background()
 	cfg := bus.DefaultConfig()
 	cfg.AckWait = 5 * time.Second
+	for _, f := range tune {
+		f(&cfg)
+	}
 	b, err := bus.Open(ctx, js, cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -181,7 +181,8 @@ func newWorkerCmd(e *env) *cobra.Command {
 			return worker.Run(cmd.Context(), worker.Config{Bus: farm.bus, Repos: repos, Policies: policies, Index: opts,
 				Concurrency: concurrency, Grace: grace, KeepIndexes: keepIndexes, IndexMemory: int64(indexMemory), LocalIndexes: localIndexes, WorkerID: id, OutageBudget: ef.outageBudget,
 				Version: version(), Log: e.log,
-				OnTrajectory: farm.metrics.ObserveTrajectory, OnIndex: farm.metrics.IndexReady, OnIndexMemory: farm.metrics.IndexMemory})
+				OnTrajectory: farm.metrics.ObserveTrajectory, OnIndex: farm.metrics.IndexReady, OnIndexMemory: farm.metrics.IndexMemory,
+				OnHandOff: farm.metrics.HandedOff})
 		},
 	}
 	nf.bind(cmd)

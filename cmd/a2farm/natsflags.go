@@ -137,6 +137,10 @@ func (n *natsFlags) dial(ctx context.Context, name string, open func(jetstream.J
 	if err != nil {
 		return nil, nil, fmt.Errorf("connect to NATS at %s: %w", redactURLs(n.url), redactErr(err, n.url))
 	}
+	if err := bus.CheckServer(nc); err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
 	js, err := jetstream.New(nc)
 	if err != nil {
 		nc.Close()

@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/a2farm/a2farm/coordinator"
+	"github.com/a2farm/a2farm/internal/bus"
 	"github.com/a2farm/a2farm/internal/progress"
 	"github.com/a2farm/a2farm/lang"
 	"github.com/a2farm/a2farm/learner"
@@ -88,7 +89,8 @@ func exitCode(ctx context.Context, err error, stderr io.Writer) int {
 	var ue *usageError
 	var ce *coordinator.ConfigError
 	var le *learner.ConfigError
-	if errors.As(err, &ue) || errors.As(err, &ce) || errors.As(err, &le) {
+	var old *bus.ServerTooOldError
+	if errors.As(err, &ue) || errors.As(err, &ce) || errors.As(err, &le) || errors.As(err, &old) {
 		return exitUsage
 	}
 	return exitError

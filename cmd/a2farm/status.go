@@ -134,8 +134,12 @@ func printStatus(w io.Writer, st *coordinator.FarmStatus) {
 		capacity += hb.Capacity
 		active += hb.Active
 	}
-	fmt.Fprintf(w, "%s  queue: %d pending, %d in flight, %d redelivered; workers: %d live, %d/%d episodes running\n",
-		st.At.Format(time.RFC3339), st.Pending, st.InFlight, st.Redelivered, len(st.Workers), active, capacity)
+	handed := ""
+	if st.HandedOff > 0 {
+		handed = fmt.Sprintf(", %d handed to a worker", st.HandedOff)
+	}
+	fmt.Fprintf(w, "%s  queue: %d pending, %d in flight, %d redelivered%s; workers: %d live, %d/%d episodes running\n",
+		st.At.Format(time.RFC3339), st.Pending, st.InFlight, st.Redelivered, handed, len(st.Workers), active, capacity)
 	switch l := st.Learner; {
 	case !l.Started:
 		fmt.Fprintln(w, "learner: not started yet")

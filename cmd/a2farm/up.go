@@ -180,7 +180,8 @@ func runUp(ctx context.Context, e *env, o *upOptions) error {
 		return worker.Run(ctx, worker.Config{Bus: b, Repos: repos, Policies: p.policies, Index: p.index,
 			Concurrency: o.concurrency, LocalIndexes: o.localIndexes, WorkerID: fmt.Sprintf("up-%d", i), Version: version(), Log: e.log,
 			OutageBudget: o.endpoints.outageBudget,
-			OnTrajectory: instruments.ObserveTrajectory, OnIndex: instruments.IndexReady, OnIndexMemory: instruments.IndexMemory})
+			OnTrajectory: instruments.ObserveTrajectory, OnIndex: instruments.IndexReady, OnIndexMemory: instruments.IndexMemory,
+			OnHandOff: instruments.HandedOff})
 	}, func(ctx context.Context, closed func()) error {
 		return learner.Serve(ctx, learner.ServiceConfig{Bus: b, Out: learnerOut, Learner: p.learn, Log: e.log,
 			OnGroupClosed: func(_ string, _ int64, _ string, _, rows int) {

@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -122,7 +121,10 @@ type Bus struct {
 	// existed: workers then build every index themselves.
 	Indexes     jetstream.ObjectStore
 	IndexBuilds jetstream.KeyValue
-	codec       payloadCodec
+	// Inboxes holds the jobs handed to one named worker; nil on a farm
+	// created before it existed (hand-offs then use the shared queue).
+	Inboxes jetstream.Stream
+	codec   payloadCodec
 }
 
 // Open creates (or updates) every part of the topology; it is safe to
@@ -151,6 +153,12 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Bus, error)
 		Storage: jetstream.FileStorage, Replicas: cfg.Replicas, Duplicates: cfg.DedupWindow,
 	}); err != nil {
 		return nil, fmt.Errorf("dead-letter stream: %w", err)
+	}
+	if b.Inboxes, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name: InboxStream, Subjects: []string{inboxPrefix + ">"}, Retention: jetstream.WorkQueuePolicy,
+		Storage: jetstream.FileStorage, Replicas: cfg.Replicas, Duplicates: cfg.DedupWindow,
+	}); err != nil {
+		return nil, fmt.Errorf("inbox stream: %w", err)
 	}
 	if b.Consumer, err = b.Jobs.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
 		Durable: WorkersConsumer, AckPolicy: jetstream.AckExplicitPolicy, AckWait: cfg.AckWait,
@@ -211,6 +219,9 @@ func Attach(ctx context.Context, js jetstream.JetStream) (*Bus, error) {
 	}
 	if b.Consumer, err = b.Jobs.Consumer(ctx, WorkersConsumer); err != nil {
 		return nil, fmt.Errorf("workers consumer: %w", err)
+	}
+	if inboxes, err := js.Stream(ctx, InboxStream); err == nil {
+		b.Inboxes = inboxes
 	}
 	if b.Runs, err = js.KeyValue(ctx, RunsBucket); err != nil {
 		return nil, fmt.Errorf("runs bucket: %w", err)
@@ -375,12 +386,10 @@ const PublishedHeader = "A2farm-Published"
 
 // queueJob publishes job on its run's subject under msgID.
 func (b *Bus) queueJob(ctx context.Context, job schema.Job, msgID string) error {
-	data, err := json.Marshal(job)
+	msg, err := jobMessage(jobsPrefix+subjectToken(job.RunID), job)
 	if err != nil {
 		return err
 	}
-	msg := &nats.Msg{Subject: jobsPrefix + subjectToken(job.RunID), Data: data,
-		Header: nats.Header{PublishedHeader: {strconv.FormatInt(time.Now().UnixNano(), 10)}}}
 	_, err = b.js.PublishMsg(ctx, msg, jetstream.WithMsgID(msgID))
 	return err
 }
@@ -397,13 +406,14 @@ func (b *Bus) PublishJobAttempt(ctx context.Context, job schema.Job) error {
 	return nil
 }
 
-// HandOff queues a job again for a worker that can serve its policy, as
+// HandOff queues a job again on the shared queue for another worker, as
 // a fresh message (its own id, a delivery count from zero), so that
-// passing it on spends none of its deliveries. The caller acknowledges
-// the original only after this returns.
+// passing it on spends none of its deliveries; HandOffTo names the
+// worker, which a farm with inboxes does. The caller acknowledges the
+// original only after this returns.
 func (b *Bus) HandOff(ctx context.Context, job schema.Job) error {
 	job.Handoffs++
-	if err := b.queueJob(ctx, job, fmt.Sprintf("%s#%d/handoff-%d", job.JobID, max(job.Attempt, 1), job.Handoffs)); err != nil {
+	if err := b.queueJob(ctx, job, handOffID(job)); err != nil {
 		return fmt.Errorf("hand off job %s: %w", job.JobID, err)
 	}
 	return nil
@@ -743,24 +753,34 @@ type QueueState struct {
 	InFlight uint64 // delivered and not acknowledged
 	// Redelivered counts jobs delivered more than once and not yet done.
 	Redelivered uint64
+	// Handed counts jobs handed to one named worker, waiting in its inbox
+	// or being played there.
+	Handed uint64
 }
 
-// Queue reads the jobs queue from the workers' consumer.
+// Queue reads the jobs queue from the workers' consumer and the inboxes.
 func (b *Bus) Queue(ctx context.Context) (QueueState, error) {
 	info, err := b.Consumer.Info(ctx)
 	if err != nil {
 		return QueueState{}, err
 	}
-	return QueueState{Pending: info.NumPending, InFlight: uint64(info.NumAckPending),
-		Redelivered: uint64(info.NumRedelivered)}, nil
+	q := QueueState{Pending: info.NumPending, InFlight: uint64(info.NumAckPending), Redelivered: uint64(info.NumRedelivered)}
+	if b.Inboxes != nil {
+		si, err := b.Inboxes.Info(ctx)
+		if err != nil {
+			return QueueState{}, fmt.Errorf("inboxes: %w", err)
+		}
+		q.Handed = si.State.Msgs
+	}
+	return q, nil
 }
 
 // QueueDepth is the work left for workers: messages not yet delivered
-// plus those delivered and not acknowledged (what KEDA's JetStream scaler
-// reads).
+// (jobs handed to a named worker included) plus those delivered and not
+// acknowledged (what KEDA's JetStream scaler reads).
 func (b *Bus) QueueDepth(ctx context.Context) (pending, inFlight uint64, err error) {
 	q, err := b.Queue(ctx)
-	return q.Pending, q.InFlight, err
+	return q.Pending + q.Handed, q.InFlight, err
 }
 
 // LearnerState is the learner's side of the trajectory log.

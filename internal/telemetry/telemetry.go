@@ -35,6 +35,7 @@ type Metrics struct {
 	indexesOpen   prometheus.Gauge
 	indexBytes    prometheus.Gauge
 	indexBudget   prometheus.Gauge
+	handOffs      *prometheus.CounterVec
 }
 
 // New makes the instruments in a fresh registry, with the Go runtime and
@@ -72,9 +73,12 @@ func New() *Metrics {
 			Help: "Estimated memory of the worker's open indexes."}),
 		indexBudget: prometheus.NewGauge(prometheus.GaugeOpts{Name: "a2farm_worker_index_budget_bytes",
 			Help: "The worker's bound on the memory of open indexes (--index-memory)."}),
+		handOffs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "a2farm_jobs_handed_off_total",
+			Help: "Jobs this worker could not play and handed to a named worker that can, by why (snapshot: it lacks the repository or commit; policy: it does not serve the model)."},
+			[]string{"why"}),
 	}
 	m.reg.MustRegister(m.episodes, m.turnLatency, m.toolLatency, m.policyLatency, m.policyErrors, m.tokens,
-		m.groups, m.shardRows, m.indexBuilds, m.indexLoads, m.indexesOpen, m.indexBytes, m.indexBudget,
+		m.groups, m.shardRows, m.indexBuilds, m.indexLoads, m.indexesOpen, m.indexBytes, m.indexBudget, m.handOffs,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -103,6 +107,9 @@ func (m *Metrics) IndexMemory(open int, bytes, budget int64) {
 	m.indexBytes.Set(float64(bytes))
 	m.indexBudget.Set(float64(budget))
 }
+
+// HandedOff counts a job a worker handed to another, by why.
+func (m *Metrics) HandedOff(why string) { m.handOffs.WithLabelValues(why).Inc() }
 
 // ObserveTrajectory counts a finished episode and its turns.
 func (m *Metrics) ObserveTrajectory(tr schema.Trajectory) {
