@@ -75,10 +75,11 @@ bench-outage: ## policy outages against a two-worker farm: one of two stand-in r
 	@mkdir -p $(RUN_DIR)
 	A2FARM_BENCH_OUTAGE=1 $(GO) test ./worker -run TestPolicyOutageFigures -v -count 1 -timeout 15m | tee $(RUN_DIR)/bench-outage.txt
 
-# Released NATS servers for `make compat`: the newest of each line that
-# must be refused (2.9, 2.10), the oldest supported release (2.11.0) and
-# the newest 2.12 and 2.14; built from their Go modules once, into .run.
-COMPAT_VERSIONS ?= 2.9.25 2.10.27 2.11.0 2.12.15 2.14.10
+# Released NATS servers for `make compat`: the newest 2.9 and 2.10 and the
+# newest release older than the oldest supported one (all refused), the
+# oldest supported release (2.11.2) and the newest 2.12 and 2.14; built
+# from their Go modules once, into .run.
+COMPAT_VERSIONS ?= 2.9.25 2.10.27 2.11.1 2.11.2 2.12.15 2.14.10
 COMPAT_DIR ?= $(RUN_DIR)/nats-servers
 
 .PHONY: compat
@@ -87,7 +88,7 @@ compat: ## the multi-process farm against released nats-servers (COMPAT_VERSIONS
 	  [ -x "$(COMPAT_DIR)/$$v/nats-server" ] || { echo "building nats-server $$v"; \
 	    GOBIN=$(abspath $(COMPAT_DIR))/$$v GOFLAGS=-mod=mod $(GO) install github.com/nats-io/nats-server/v2@v$$v || exit 1; }; \
 	done
-	A2FARM_COMPAT_SERVERS=$(abspath $(COMPAT_DIR)) $(GO) test ./cmd/a2farm -run TestCompatWithReleasedServers -v -count 1 -timeout 20m | tee $(RUN_DIR)/compat.txt
+	A2FARM_COMPAT_SERVERS=$(abspath $(COMPAT_DIR)) A2FARM_COMPAT_VERSIONS="$(COMPAT_VERSIONS)" $(GO) test ./cmd/a2farm -run TestCompatWithReleasedServers -v -count 1 -timeout 20m | tee $(RUN_DIR)/compat.txt
 
 .PHONY: bench-farm-split
 bench-farm-split: ## farm vs localize with the worker on its own core and the NATS server on another (needs taskset)

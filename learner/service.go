@@ -186,10 +186,7 @@ type service struct {
 	manifests map[string]*schema.RunManifest
 }
 
-func (s *service) archivePath(tr schema.Trajectory) string {
-	return filepath.Join(s.cfg.Out, "archive", bus.Token(tr.RunID), fmt.Sprint(tr.Iteration), bus.Token(tr.InstanceID),
-		fmt.Sprintf("%d.arrow", tr.Sample))
-}
+func (s *service) archivePath(tr schema.Trajectory) string { return ArchivePath(s.cfg.Out, tr) }
 
 func (s *service) groupDir(k groupKey, kind string) string {
 	return filepath.Join(s.cfg.Out, kind, bus.Token(k.run), fmt.Sprint(k.iteration), bus.Token(k.instance))

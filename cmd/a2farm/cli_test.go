@@ -360,16 +360,17 @@ func testUpMatchesReplay(t *testing.T, policy []string) {
 		"--repos", filepath.Join(out, "sample", "repos"), "--out", gt); code != 0 {
 		t.Fatalf("gold: %s", errOut)
 	}
-	flat := filepath.Join(t.TempDir(), "flat")
-	os.MkdirAll(flat, 0o755)
-	entries, _ := filepath.Glob(filepath.Join(archive, "*", "*.arrow"))
-	for i, p := range entries {
-		data, _ := os.ReadFile(p)
-		os.WriteFile(filepath.Join(flat, fmt.Sprintf("%03d.arrow", i)), data, 0o644)
-	}
+	// The learner's archive tree as it is, picked by run and iteration.
 	replayed := filepath.Join(t.TempDir(), "shards")
-	if code, _, errOut := run(t, "replay", "--archive", flat, "--gold", gt, "--out", replayed); code != 0 {
-		t.Fatalf("replay: %s", errOut)
+	if code, stdout, errOut := run(t, "replay", "--archive", filepath.Join(out, "learner", "archive"), "--run", "e2e", "--iteration", "0",
+		"--gold", gt, "--out", replayed); code != 0 || !strings.Contains(stdout, fmt.Sprintf("%d trajectories of ", len(trs))) {
+		t.Fatalf("replay: exit %d\n%s\n%s", code, stdout, errOut)
+	}
+	// A filter that matches nothing says what the archive holds.
+	code, _, errOut = run(t, "replay", "--archive", filepath.Join(out, "learner"), "--run", "e2e", "--iteration", "1", "--gold", gt, "--out", t.TempDir())
+	want := fmt.Sprintf("matches --run e2e --iteration 1; it holds run e2e: iteration 0 (%d trajectories, 6 instances)", len(trs))
+	if code != exitError || !strings.Contains(errOut, want) {
+		t.Errorf("replay of an iteration the archive lacks: exit %d, %q; want %q", code, errOut, want)
 	}
 	// The report of the up folder, numbers and all, from that folder alone.
 	numbers := filepath.Join(t.TempDir(), "report.json")

@@ -21,7 +21,7 @@ import (
 // learner, two workers, a coordinator over the sample) against released
 // nats-server binaries: A2FARM_COMPAT_SERVERS names a folder holding
 // VERSION/nats-server for each (`make compat` builds them from their Go
-// modules). A server older than bus.MinServerVersion must be refused by
+// modules), A2FARM_COMPAT_VERSIONS which of them (default: all). A server older than bus.MinServerVersion must be refused by
 // every role with one line naming both versions, exit 2; a newer one
 // must answer every job once and shard every group. Not in `make test`.
 func TestCompatWithReleasedServers(t *testing.T) {
@@ -29,7 +29,14 @@ func TestCompatWithReleasedServers(t *testing.T) {
 	if root == "" {
 		t.Skip("A2FARM_COMPAT_SERVERS is not set (make compat)")
 	}
-	servers, _ := filepath.Glob(filepath.Join(root, "*", "nats-server"))
+	var servers []string
+	if versions := strings.Fields(os.Getenv("A2FARM_COMPAT_VERSIONS")); len(versions) > 0 {
+		for _, v := range versions {
+			servers = append(servers, filepath.Join(root, v, "nats-server"))
+		}
+	} else {
+		servers, _ = filepath.Glob(filepath.Join(root, "*", "nats-server"))
+	}
 	if len(servers) == 0 {
 		t.Fatalf("no VERSION/nats-server under %s", root)
 	}

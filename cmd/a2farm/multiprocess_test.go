@@ -65,7 +65,13 @@ type proc struct {
 // it exits first or takes longer than a few seconds.
 func (p *proc) waitFor(t testing.TB, text string) {
 	t.Helper()
-	checkfor.Within(t, 10*time.Second, 20*time.Millisecond, func() error {
+	p.waitWithin(t, text, 10*time.Second)
+}
+
+// waitWithin is waitFor with its own time limit.
+func (p *proc) waitWithin(t testing.TB, text string, limit time.Duration) {
+	t.Helper()
+	checkfor.Within(t, limit, 20*time.Millisecond, func() error {
 		if strings.Contains(p.out.String(), text) {
 			return nil
 		}

@@ -19,6 +19,9 @@ import (
 // replayOptions are replay's flags.
 type replayOptions struct {
 	archive                string
+	run, instance          string
+	iteration              int64
+	iterationSet           bool
 	gold                   goldFlags
 	out, labelsPath, sweep string
 	maxRows                int
@@ -31,17 +34,25 @@ func newReplayCmd(e *env) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "replay --archive DIR --gold GT.jsonl --out SHARDS",
 		Short: "Recompute rewards, advantages and training shards from archived trajectories",
-		Long: `replay reads a trajectory archive (the trajectories/ folder localize writes), labels
-every turn with discovery rewards, pools trajectories per (iteration, instance), computes
+		Long: `replay reads a trajectory archive — the learner's archive tree (its --out folder or
+archive/ in it: RUN/ITERATION/INSTANCE/), any run or iteration folder of that tree, or the
+flat trajectories/ folder localize writes — narrowed by --run, --iteration and --instance,
+labels every turn with discovery rewards, pools trajectories per (iteration, instance), computes
 history-grouped advantages and weights with the given hyperparameters, and writes Parquet
 shards with a manifest — no new rollouts. Infrastructure failures are left out of every
 group. --labels writes per-turn and per-trajectory labels as JSON lines; --sweep-H prints
 group coverage and advantage statistics for several history lengths.`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return runReplay(cmd.Context(), e, &o) },
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.iterationSet = cmd.Flags().Changed("iteration")
+			return runReplay(cmd.Context(), e, &o)
+		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.archive, "archive", "", "trajectories folder (*.arrow)")
+	f.StringVar(&o.archive, "archive", "", "trajectories: a learner's archive tree (or its --out folder) or a folder of *.arrow files")
+	f.StringVar(&o.run, "run", "", "replay only this run's trajectories")
+	f.Int64Var(&o.iteration, "iteration", 0, "replay only this iteration's trajectories (default: every iteration)")
+	f.StringVar(&o.instance, "instance", "", "replay only this instance's trajectories")
 	o.gold.bind(cmd)
 	f.StringVar(&o.out, "out", "", "shard folder to write")
 	f.StringVar(&o.labelsPath, "labels", "", "write per-turn and per-trajectory labels as JSON lines")
@@ -66,9 +77,19 @@ func runReplay(ctx context.Context, e *env, o *replayOptions) error {
 	if err != nil {
 		return err
 	}
-	trs, err := schema.ReadTrajectoryDir(o.archive)
+	filter := learner.ArchiveFilter{Run: o.run, Instance: o.instance}
+	if o.iterationSet {
+		if o.iteration < 0 {
+			return usagef("--iteration %d: iterations count from 0", o.iteration)
+		}
+		filter.Iteration = &o.iteration
+	}
+	trs, err := learner.ReadArchive(o.archive, filter)
 	if err != nil {
 		return err
+	}
+	if picked := filter.String(); picked != "" {
+		fmt.Fprintf(e.stdout, "%d trajectories of %s picked by %s\n", len(trs), o.archive, picked)
 	}
 	gold, err := o.gold.load(ctx, e)
 	if err != nil {

@@ -10,11 +10,13 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// MinServerVersion is the oldest NATS server the farm runs on. The
-// learner's consumer pins one client through a priority group (2.11); an
-// older server ignores the pinning it does not know, and two learners
-// would then archive and shard the same trajectories.
-const MinServerVersion = "2.11.0"
+// MinServerVersion is the oldest NATS server the farm runs on (measured
+// with `make compat`, docs/RELIABILITY.md). The learner's consumer pins one
+// client through a priority group, which 2.10 and older drop without a
+// word (two learners would then archive and shard the same trajectories);
+// on 2.11.0 and 2.11.1 the consumers that follow a run over several filter
+// subjects never see the trajectories workers stored, so no run completes.
+const MinServerVersion = "2.11.2"
 
 // ServerTooOldError refuses a NATS server older than MinServerVersion.
 type ServerTooOldError struct {
@@ -22,7 +24,7 @@ type ServerTooOldError struct {
 }
 
 func (e *ServerTooOldError) Error() string {
-	return fmt.Sprintf("NATS server %s runs nats-server %s; a2farm needs %s or newer (the learner's pinned consumer)",
+	return fmt.Sprintf("NATS server %s runs nats-server %s; a2farm needs %s or newer",
 		e.Server, e.Found, e.Required)
 }
 

@@ -17,7 +17,7 @@ func TestVersionAtLeast(t *testing.T) {
 		have string
 		ok   bool
 	}{
-		{"2.11.0", true}, {"2.11.15", true}, {"2.12.15", true}, {"2.14.10", true}, {"v2.15.2", true}, {"3.0.0", true},
+		{"2.11.2", true}, {"2.11.15", true}, {"2.11.1", false}, {"2.11.0", false}, {"2.12.15", true}, {"2.14.10", true}, {"v2.15.2", true}, {"3.0.0", true},
 		{"2.12.0-RC.1", true}, {"2.10.27", false}, {"2.9.25", false}, {"2.9.10", false}, {"1.99.99", false},
 		{"", false}, {"2.11", false}, {"garbage", false},
 	} {

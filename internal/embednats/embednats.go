@@ -23,6 +23,9 @@ func Start(opts *server.Options) (*server.Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("nats server: %w", err)
 	}
+	if !o.NoLog {
+		s.ConfigureLogger() // the server's own log, on standard error
+	}
 	go s.Start()
 	if !s.ReadyForConnections(serverStartTimeout) {
 		s.Shutdown()
