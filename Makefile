@@ -90,6 +90,17 @@ compat: ## the multi-process farm against released nats-servers (COMPAT_VERSIONS
 	done
 	A2FARM_COMPAT_SERVERS=$(abspath $(COMPAT_DIR)) A2FARM_COMPAT_VERSIONS="$(COMPAT_VERSIONS)" $(GO) test ./cmd/a2farm -run TestCompatWithReleasedServers -v -count 1 -timeout 20m | tee $(RUN_DIR)/compat.txt
 
+CHAOS_FOR ?= 3m
+
+.PHONY: chaos
+chaos: ## kill -9 a random farm process (worker, learner, coordinator, a node of the 3-node NATS cluster, the policy stand-in) every few seconds for CHAOS_FOR; ends with the chaos line, exit 1 unless every job was answered once (docs/RELIABILITY.md)
+	@mkdir -p $(RUN_DIR) && : > $(RUN_DIR)/chaos.log
+	@A2FARM_CHAOS_FOR=$(CHAOS_FOR) $(GO) test ./cmd/a2farm -run '^TestChaos$$' -v -count 1 -timeout 0 > $(RUN_DIR)/chaos.log 2>&1 & pid=$$!; \
+	  tail -f --pid=$$pid $(RUN_DIR)/chaos.log | grep --line-buffered -v '^chaos: jobs '; \
+	  wait $$pid; rc=$$?; \
+	  grep '^chaos: jobs ' $(RUN_DIR)/chaos.log | tail -1 || echo "chaos: no result (see $(RUN_DIR)/chaos.log)"; \
+	  exit $$rc
+
 .PHONY: bench-farm-split
 bench-farm-split: ## farm vs localize with the worker on its own core and the NATS server on another (needs taskset)
 	scripts/bench-farm-split.sh

@@ -237,10 +237,16 @@ func Wait(ctx context.Context, b *bus.Bus, m *schema.RunManifest, o WaitOptions)
 // the jobs expected.
 // Expected counts the planned branches too.
 func Accounted(ctx context.Context, b *bus.Bus, m *schema.RunManifest) (accounted, expected int, err error) {
+	accounted, expected, _, err = accountedAt(ctx, b, m)
+	return accounted, expected, err
+}
+
+// accountedAt is Accounted with the time the latest answer was stored.
+func accountedAt(ctx context.Context, b *bus.Bus, m *schema.RunManifest) (accounted, expected int, last time.Time, err error) {
 	f, err := newFollower(ctx, b, m, nil, false)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, time.Time{}, err
 	}
 	accounted, expected, _, err = f.update(ctx)
-	return accounted, expected, err
+	return accounted, expected, f.t.LastAnswer(), err
 }

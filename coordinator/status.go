@@ -50,7 +50,8 @@ type RunStatus struct {
 	DeadReasons map[string]int `json:"dead_reasons,omitempty"`
 	Created     time.Time      `json:"created"`
 	// PerMinute is the run's average trajectory rate since it was
-	// published; ETA extrapolates it to the jobs still missing.
+	// published (a finished run's: until its last trajectory); ETA
+	// extrapolates it to the jobs still missing.
 	PerMinute float64       `json:"per_minute"`
 	ETA       time.Duration `json:"eta_ns,omitempty"`
 }
@@ -93,7 +94,7 @@ func Status(ctx context.Context, b *bus.Bus, runID string, now time.Time) (*Farm
 		if runID != "" && m.RunID != runID {
 			continue
 		}
-		n, expected, err := Accounted(ctx, b, &m)
+		n, expected, last, err := accountedAt(ctx, b, &m)
 		if err != nil {
 			return nil, err
 		}
@@ -118,7 +119,11 @@ func Status(ctx context.Context, b *bus.Bus, runID string, now time.Time) (*Farm
 				r.DeadReasons[dl.Reason]++
 			}
 		}
-		if elapsed := st.At.Sub(m.Created); elapsed > 0 && n > 0 {
+		end := st.At
+		if n >= expected && !last.IsZero() {
+			end = last // a finished run's rate is over its own duration
+		}
+		if elapsed := end.Sub(m.Created); elapsed > 0 && n > 0 {
 			r.PerMinute = float64(n) / elapsed.Minutes()
 			if n < expected {
 				r.ETA = time.Duration(float64(expected-n) / r.PerMinute * float64(time.Minute))

@@ -52,4 +52,26 @@ func TestStatusAgainstAClock(t *testing.T) {
 	if _, err := Status(ctx, b, "nope", now); err == nil {
 		t.Error("status of an unknown run did not fail")
 	}
+
+	// Finished, the run's rate is over its own duration: asking later
+	// does not lower it.
+	for _, inst := range cfg.Instances[1:2] {
+		for s := range int64(2) {
+			answer(t, ctx, b, cfg.Spec.Job(cfg.RunID, 0, inst, s))
+		}
+	}
+	var rates []float64
+	for _, later := range []time.Duration{10 * time.Minute, 3 * time.Hour} {
+		st, err := Status(ctx, b, cfg.RunID, m.Created.Add(later))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rates = append(rates, st.Runs[0].PerMinute)
+		if r := st.Runs[0]; r.Accounted != 4 || r.ETA != 0 {
+			t.Errorf("finished run = %+v", r)
+		}
+	}
+	if rates[0] != rates[1] || rates[0] <= 4.0/10 {
+		t.Errorf("a finished run's rate asked 10 minutes and 3 hours after it began: %v; want the same, over its own duration", rates)
+	}
 }

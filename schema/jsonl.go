@@ -60,10 +60,17 @@ func ReadLocOutputs(r io.Reader) ([]LocOutput, error) {
 		if row.InstanceID == "" {
 			return fmt.Errorf("missing instance_id")
 		}
+		// A level left out (or null) is an empty prediction.
+		decode := func(raw json.RawMessage, dst any) error {
+			if len(raw) == 0 || string(raw) == "null" {
+				return nil
+			}
+			return json.Unmarshal(raw, dst)
+		}
 		var flat struct{ files, modules, entities []string }
 		var nested struct{ files, modules, entities [][]string }
-		if json.Unmarshal(row.Files, &flat.files) == nil && json.Unmarshal(row.Modules, &flat.modules) == nil &&
-			json.Unmarshal(row.Entities, &flat.entities) == nil {
+		if decode(row.Files, &flat.files) == nil && decode(row.Modules, &flat.modules) == nil &&
+			decode(row.Entities, &flat.entities) == nil {
 			lo := LocOutput{InstanceID: row.InstanceID, Files: flat.files, Modules: flat.modules, Entities: flat.entities}
 			if row.Sample != nil {
 				lo.Sample = *row.Sample
@@ -75,14 +82,12 @@ func ReadLocOutputs(r io.Reader) ([]LocOutput, error) {
 			return nil
 		}
 		for _, f := range []struct {
-			raw json.RawMessage
-			dst *[][]string
-		}{{row.Files, &nested.files}, {row.Modules, &nested.modules}, {row.Entities, &nested.entities}} {
-			if len(f.raw) == 0 || string(f.raw) == "null" {
-				continue
-			}
-			if err := json.Unmarshal(f.raw, f.dst); err != nil {
-				return fmt.Errorf("found_* must be lists of ids or lists of per-sample lists: %w", err)
+			name string
+			raw  json.RawMessage
+			dst  *[][]string
+		}{{"found_files", row.Files, &nested.files}, {"found_modules", row.Modules, &nested.modules}, {"found_entities", row.Entities, &nested.entities}} {
+			if err := decode(f.raw, f.dst); err != nil {
+				return fmt.Errorf("%s must be a list of ids or a list of per-sample lists of ids", f.name)
 			}
 		}
 		n := max(len(nested.files), len(nested.modules), len(nested.entities))

@@ -248,6 +248,7 @@ func TestGoldJSONMatchesReferenceFormat(t *testing.T) {
 func TestReadLocOutputsBothLayouts(t *testing.T) {
 	in := `{"instance_id": "a", "sample": 2, "found_files": ["x.py"], "found_modules": [], "found_entities": ["x.py:f"], "raw_output": "r"}
 {"instance_id": "b", "found_files": [["p.py"], ["q.py", "r.py"]], "found_modules": [[], []], "found_entities": [["p.py:g"]]}
+{"instance_id": "c", "found_files": ["z.py"]}
 `
 	rows, err := ReadLocOutputs(strings.NewReader(in))
 	if err != nil {
@@ -257,12 +258,17 @@ func TestReadLocOutputsBothLayouts(t *testing.T) {
 		{InstanceID: "a", Sample: 2, Files: []string{"x.py"}, Modules: []string{}, Entities: []string{"x.py:f"}, RawOutput: "r"},
 		{InstanceID: "b", Sample: 0, Files: []string{"p.py"}, Modules: []string{}, Entities: []string{"p.py:g"}},
 		{InstanceID: "b", Sample: 1, Files: []string{"q.py", "r.py"}, Modules: []string{}},
+		{InstanceID: "c", Files: []string{"z.py"}}, // levels left out predict nothing
 	}
 	if !reflect.DeepEqual(rows, want) {
 		t.Errorf("rows:\n got %+v\nwant %+v", rows, want)
 	}
 	if _, err := ReadLocOutputs(strings.NewReader(`{"found_files": []}`)); err == nil || !strings.Contains(err.Error(), "line 1") {
 		t.Errorf("missing instance_id: err = %v", err)
+	}
+	if _, err := ReadLocOutputs(strings.NewReader(`{"instance_id": "d", "found_files": "x.py"}`)); err == nil ||
+		err.Error() != "line 1: found_files must be a list of ids or a list of per-sample lists of ids" {
+		t.Errorf("a string for a list: err = %v", err)
 	}
 	if _, err := ReadGold(strings.NewReader("{}\n")); err == nil {
 		t.Error("gold row without instance_id accepted")

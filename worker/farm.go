@@ -54,6 +54,8 @@ type Config struct {
 	// Grace is how long in-flight episodes may run after a stop request
 	// before they are cancelled and their jobs handed back (default 30 s).
 	Grace time.Duration
+	// Abort, when closed, ends the grace at once (a second stop request).
+	Abort <-chan struct{}
 	// KeepIndexes is how many snapshot indexes stay open after their last
 	// episode ends, for the next job on the same snapshot (default 4; -1
 	// keeps none). The N samples of an issue arrive one by one, so without
@@ -254,6 +256,10 @@ func Run(ctx context.Context, cfg Config) error {
 		cfg.Log.Warn().Msg("grace period over; cancelling running episodes and handing their jobs back")
 		cancelWork()
 		<-done
+	case <-cfg.Abort:
+		cfg.Log.Warn().Msg("stopping now; cancelling running episodes and handing their jobs back")
+		cancelWork()
+		<-done
 	}
 	<-hbDone
 	<-probeDone
@@ -339,11 +345,13 @@ func shareIndexes(cfg *Config) (cleanup func(), err error) {
 }
 
 type farmWorker struct {
-	cfg     Config
-	mu      sync.Mutex
-	active  int
-	done    int64
-	indexes map[string]*indexEntry
+	cfg    Config
+	mu     sync.Mutex
+	active int
+	// done counts episodes played to a published trajectory, handedOff
+	// jobs passed to another worker (heartbeats report both).
+	done, handedOff int64
+	indexes         map[string]*indexEntry
 	// idle holds the keys of built indexes no episode uses, least
 	// recently released first; at most cfg.KeepIndexes of them.
 	idle []string
@@ -497,7 +505,6 @@ func (w *farmWorker) handle(ctx context.Context, msg jetstream.Msg) {
 	defer func() {
 		w.mu.Lock()
 		w.active--
-		w.done++
 		w.mu.Unlock()
 	}()
 	job, err := bus.DecodeJob(msg)
@@ -586,6 +593,9 @@ func (w *farmWorker) runJob(ctx context.Context, job schema.Job, msg jetstream.M
 	if err := w.cfg.Bus.PublishTrajectory(context.WithoutCancel(ctx), tr); err != nil {
 		return RetryAfter(err, 5*time.Second)
 	}
+	w.mu.Lock()
+	w.done++
+	w.mu.Unlock()
 	if w.cfg.OnTrajectory != nil {
 		w.cfg.OnTrajectory(tr)
 	}
@@ -745,7 +755,7 @@ func (w *farmWorker) heartbeat(ctx context.Context, done chan<- struct{}) {
 	every := max(time.Second, w.cfg.Bus.HeartbeatTTL()/3)
 	put := func(c context.Context) {
 		w.mu.Lock()
-		hb := bus.Heartbeat{ID: w.cfg.WorkerID, Host: host, Active: w.active, Capacity: w.cfg.Concurrency, Done: w.done,
+		hb := bus.Heartbeat{ID: w.cfg.WorkerID, Host: host, Active: w.active, Capacity: w.cfg.Concurrency, Done: w.done, HandedOff: w.handedOff,
 			Version: w.cfg.Version, Policies: w.cfg.Policies.Offers(), Lacks: w.lacking(), Replicas: w.cfg.Policies.Replicas(),
 			Updated: time.Now().UTC()}
 		hb.Indexes, hb.IndexBytes, hb.IndexBudget = w.indexMemory()

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -118,6 +119,21 @@ func TestBusyWorkersGetTheJobsAnIdleWorkerCannotPlay(t *testing.T) {
 		t.Errorf("%d hand-offs of %d jobs", n, len(settledByLacker))
 	}
 	t.Logf("%d jobs, %d handed off by the idle worker", len(got), n)
+	// Its heartbeat counts what it did: no episode played, n handed on.
+	checkfor.Within(t, 10*time.Second, 100*time.Millisecond, func() error {
+		entry, err := f.b.Workers.Get(f.ctx, "no-repos")
+		if err != nil {
+			return err
+		}
+		var hb bus.Heartbeat
+		if err := json.Unmarshal(entry.Value(), &hb); err != nil {
+			return err
+		}
+		if hb.Done != 0 || hb.HandedOff != n {
+			return fmt.Errorf("the idle worker reports %d played and %d handed on, want 0 and %d", hb.Done, hb.HandedOff, n)
+		}
+		return nil
+	})
 	depth, err := f.b.InboxDepth(f.ctx)
 	if err != nil {
 		t.Fatal(err)

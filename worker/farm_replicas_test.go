@@ -290,13 +290,13 @@ func TestLocalizeWaitsOutAnOutage(t *testing.T) {
 				restart := time.AfterFunc(tc.down, func() { a.Start(t) })
 				defer restart.Stop()
 			}
-			trs, err := Localize(context.Background(), LocalizeConfig{Instances: l.Instances[:1], Repos: repos, Spec: replicaSpec,
+			res, err := Localize(context.Background(), LocalizeConfig{Instances: l.Instances[:1], Repos: repos, Spec: replicaSpec,
 				Policies: reg, Index: repoindex.BuildOptions{Languages: lang.NewSet(python.Language{})}, Samples: 2,
 				Out: t.TempDir(), Log: zerolog.Nop(), OutageBudget: tc.budget})
 			if err != nil {
 				t.Fatal(err)
 			}
-			for _, tr := range trs {
+			for _, tr := range res.Trajectories {
 				if tr.Status != tc.status || !strings.Contains(tr.Error, tc.message) {
 					t.Errorf("%s: %s %q, want %s %q", tr.JobID, tr.Status, tr.Error, tc.status, tc.message)
 				}

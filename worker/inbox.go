@@ -107,6 +107,9 @@ func (w *farmWorker) handOff(ctx context.Context, job schema.Job, msg jetstream.
 		return false, RetryAfter(err, 2*time.Second)
 	}
 	w.cfg.Log.Info().Str("job", job.JobID).Str("to", to).Str("why", why).Msg("job handed to another worker")
+	w.mu.Lock()
+	w.handedOff++
+	w.mu.Unlock()
 	if w.cfg.OnHandOff != nil {
 		w.cfg.OnHandOff(why)
 	}

@@ -56,11 +56,12 @@ func BenchmarkTrainingBytes(b *testing.B) {
 	}
 	spec := schema.RunSpec{Policy: schema.Policy{Kind: schema.PolicyHeuristic}, Seed: 42,
 		Limits: schema.Limits{MaxToolCalls: 20, MaxContextTokens: 40000}}
-	trs, err := worker.Localize(context.Background(), worker.LocalizeConfig{Instances: ds.Instances, Repos: repos,
+	res, err := worker.Localize(context.Background(), worker.LocalizeConfig{Instances: ds.Instances, Repos: repos,
 		Spec: spec, Index: repoindex.BuildOptions{Languages: lang.NewSet(python.Language{})}, Policies: reg, Samples: 8, Out: filepath.Join(dir, "loc"), Log: zerolog.Nop()})
 	if err != nil {
 		b.Fatal(err)
 	}
+	trs := res.Trajectories
 	report, err := coordinator.RunGold(context.Background(), coordinator.GoldConfig{Dataset: datasetPath, ReposDir: reposDir,
 		MaxEditFiles: gold.DefaultMaxEditFiles, Log: zerolog.Nop()})
 	if err != nil {

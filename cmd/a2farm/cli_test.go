@@ -28,26 +28,63 @@ import (
 func run(t testing.TB, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	var out, errOut bytes.Buffer
-	code = Run(context.Background(), args, &out, &errOut)
+	code = Run(context.Background(), nil, args, &out, &errOut)
 	return code, out.String(), errOut.String()
 }
 
+// TestExitCodes runs every command with a representative bad input of
+// each kind and checks the exit code of the contract (exit.go) and that
+// the error is one line that names the bad thing.
 func TestExitCodes(t *testing.T) {
+	dir := t.TempDir()
+	invalid := filepath.Join(dir, "invalid.jsonl") // every row invalid
+	if err := os.WriteFile(invalid, []byte("{\"instance_id\": \"x\"}\nnot json\n[1]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	noServer := fmt.Sprintf("nats://127.0.0.1:%d", freePort(t))
 	tests := []struct {
 		name string
 		args []string
 		code int
 		want string
 	}{
-		{"unknown flag", []string{"gold", "--nope"}, exitUsage, "unknown flag"},
-		{"missing dataset", []string{"gold", "--repos", "."}, exitUsage, "--dataset"},
-		{"missing repos folder", []string{"gold", "--dataset", "x.jsonl", "--repos", "/does/not/exist"}, exitUsage, "does not exist"},
+		{"unknown command", []string{"locaize"}, exitUsage, `unknown command "locaize" for "a2farm"; did you mean "localize"?`},
+		{"unknown subcommand", []string{"index", "buidl"}, exitUsage, `did you mean "build"?`},
+		{"stray argument", []string{"gold", "extra"}, exitUsage, `unknown command "extra" for "a2farm gold"`},
+		{"mistyped flag", []string{"localize", "--sampels", "4"}, exitUsage, "unknown flag --sampels; did you mean --samples?"},
+		{"unknown flag", []string{"gold", "--nope"}, exitUsage, "unknown flag --nope"},
+		{"not a number", []string{"localize", "--samples", "abc"}, exitUsage, `--samples "abc": want a whole number`},
+		{"not a duration", []string{"worker", "--grace", "5"}, exitUsage, `--grace "5": want a duration`},
+		{"flag without value", []string{"localize", "--samples"}, exitUsage, "--samples needs a value"},
 		{"bad log format", []string{"--log-format", "xml", "version"}, exitUsage, "--log-format"},
-		{"sample needs out", []string{"sample"}, exitUsage, "--out"},
-		{"unknown dataset file", []string{"gold", "--dataset", "/does/not/exist.jsonl", "--repos", "."}, exitError, "no such file"},
+		{"missing flag", []string{"gold", "--repos", "."}, exitUsage, "--dataset is required"},
+		{"sample needs out", []string{"sample"}, exitUsage, "--out is required"},
+		{"missing dataset file", []string{"gold", "--dataset", "/does/not/exist.jsonl", "--repos", "."}, exitUsage, "--dataset /does/not/exist.jsonl: no such file or folder"},
+		{"missing repos folder", []string{"gold", "--dataset", invalid, "--repos", "/does/not/exist"}, exitUsage, "--repos /does/not/exist: no such file or folder"},
+		{"gold of an invalid dataset", []string{"gold", "--dataset", invalid, "--repos", dir}, exitUsage, "all 3 rows are invalid"},
+		{"localize of an invalid dataset", []string{"localize", "--dataset", invalid, "--repos", dir, "--out", filepath.Join(dir, "l")}, exitUsage, "all 3 rows are invalid"},
+		{"up of an invalid dataset", []string{"up", "--dataset", invalid, "--repos", dir, "--out", filepath.Join(dir, "u")}, exitUsage, "all 3 rows are invalid"},
+		{"strict on a bad row", []string{"localize", "--strict", "--dataset", invalid, "--repos", dir, "--out", filepath.Join(dir, "l")}, exitUsage, `line 1 (x): missing field "repo"`},
+		{"missing predictions", []string{"eval", "--predictions", "/nope.jsonl", "--gold", invalid}, exitUsage, "--predictions /nope.jsonl: no such file or folder"},
+		{"missing archive", []string{"replay", "--archive", "/nope", "--gold", invalid, "--out", dir}, exitUsage, "--archive /nope: no such file or folder"},
+		{"replay needs gold", []string{"replay", "--archive", dir, "--out", dir}, exitUsage, "--gold (or --dataset with --repos) is required"},
+		{"missing export input", []string{"export", "--in", "/nope.arrow", "--out", "-"}, exitUsage, "--in /nope.arrow: no such file or folder"},
+		{"missing coordinator dataset", []string{"coordinator", "--dataset", "/nope.jsonl", "--repos", dir, "--run", "r"}, exitUsage, "--dataset /nope.jsonl: no such file or folder"},
+		{"missing worker repos", []string{"worker", "--repos", "/nope"}, exitUsage, "--repos /nope: no such file or folder"},
+		{"missing index repos", []string{"index", "build", "--repos", "/nope", "--repo", "a/b", "--commit", "main"}, exitUsage, "--repos /nope: no such file or folder"},
+		{"samples beyond the bound", []string{"localize", "--samples", "1000000000", "--dataset", invalid, "--repos", dir, "--out", dir}, exitUsage, "--samples 1000000000: want 1 to 10000"},
+		{"up samples beyond the bound", []string{"up", "--samples", "1000000000", "--out", filepath.Join(dir, "u")}, exitUsage, "--samples 1000000000: want 1 to 10000"},
+		{"coordinator samples beyond the bound", []string{"coordinator", "--samples", "0", "--dataset", invalid, "--repos", dir, "--run", "r"}, exitUsage, "--samples 0: want 1 to 10000"},
+		{"zero concurrency", []string{"localize", "--concurrency", "0", "--dataset", invalid, "--repos", dir, "--out", dir}, exitUsage, "--concurrency 0: want 1 to 4096"},
+		{"up zero concurrency", []string{"up", "--concurrency", "0", "--out", filepath.Join(dir, "u")}, exitUsage, "--concurrency 0: want 1 to 4096"},
+		{"negative branches", []string{"localize", "--branches", "-1", "--dataset", invalid, "--repos", dir, "--out", dir}, exitUsage, "--branches -1: want 0 or more"},
+		{"negative temperature", []string{"up", "--temperature", "-1", "--out", filepath.Join(dir, "u")}, exitUsage, "--temperature -1: want 0 or more"},
+		{"fork-at without branches", []string{"up", "--fork-at", "1,2", "--out", filepath.Join(dir, "u")}, exitUsage, "--fork-at needs --branches N"},
 		{"report needs a run", []string{"report"}, exitUsage, "one or more run folders"},
 		{"report of no run", []string{"report", "/does/not/exist"}, exitUsage, "not a run folder"},
 		{"status page address", []string{"status", "--http", "8090"}, exitUsage, "want HOST:PORT or :PORT"},
+		{"status without a server", []string{"status", "--nats", noServer}, exitError, "start a server with `a2farm nats`"},
+		{"worker without a server", []string{"worker", "--repos", dir, "--nats", noServer}, exitError, "or point --nats (env A2FARM_NATS) at yours"},
 		{"version", []string{"version"}, exitOK, ""},
 	}
 	for _, tt := range tests {
@@ -56,15 +93,51 @@ func TestExitCodes(t *testing.T) {
 			if code != tt.code || !strings.Contains(stderr, tt.want) {
 				t.Errorf("exit %d, stderr %q; want exit %d mentioning %q", code, stderr, tt.code, tt.want)
 			}
+			if code != exitOK && strings.Count(strings.TrimSpace(stderr), "\n") != 0 {
+				t.Errorf("the error is not one line:\n%s", stderr)
+			}
+			for _, internal := range []string{"strconv.", "map[", "json: cannot", "invalid character"} {
+				if strings.Contains(stderr, internal) {
+					t.Errorf("Go internals (%s) reach the user: %s", internal, stderr)
+				}
+			}
 		})
+	}
+	// A command that fails before it starts leaves nothing behind.
+	for _, left := range []string{"u", "l"} {
+		if _, err := os.Stat(filepath.Join(dir, left)); err == nil {
+			t.Errorf("%s was left behind by a command that failed before it started", left)
+		}
 	}
 }
 
-func TestSignalStopIsNotAFailure(t *testing.T) {
+func TestAStoppedServiceExitsZeroAnInterruptedBatch130(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if code := exitCode(ctx, context.Canceled, new(bytes.Buffer)); code != exitOK {
-		t.Errorf("exit code after a signal = %d, want 0", code)
+	root := newRoot(&env{stdout: io.Discard, stderr: io.Discard, languages: languages()})
+	for _, tc := range []struct {
+		command []string
+		err     error
+		code    int
+	}{
+		{[]string{"worker"}, context.Canceled, exitOK},
+		{[]string{"learner"}, context.Canceled, exitOK},
+		{[]string{"nats"}, context.Canceled, exitOK},
+		{[]string{"localize"}, &interruptedError{"3 of 8 samples written"}, exitInterrupted},
+		{[]string{"gold"}, fmt.Errorf("extract: %w", context.Canceled), exitInterrupted},
+		{[]string{"up"}, nil, exitOK}, // finished before the signal mattered
+	} {
+		cmd, _, err := root.Find(tc.command)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var stderr bytes.Buffer
+		if code := exitCode(ctx, cmd, tc.err, &stderr); code != tc.code {
+			t.Errorf("%s after a signal with %v: exit %d, want %d", tc.command[0], tc.err, code, tc.code)
+		}
+		if lines := strings.Count(stderr.String(), "\n"); lines > 1 {
+			t.Errorf("%s: %d lines: %q", tc.command[0], lines, stderr.String())
+		}
 	}
 }
 
@@ -239,7 +312,7 @@ func TestLocalizeWithOpenAIServer(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "loc")
 	code, stdout, errOut := run(t, "localize", "--dataset", filepath.Join(dir, "dataset.jsonl"), "--repos", filepath.Join(dir, "repos"),
 		"--policy", "openai", "--base-url", srv.URL+"/v1", "--model", "m", "--api-key-env", "MY_KEY", "--limit", "1", "--out", out)
-	if code != 0 || !strings.Contains(stdout, "map[ok:1]") {
+	if code != 0 || !strings.Contains(stdout, ": 1 ok\n") {
 		t.Fatalf("localize: exit %d\n%s\n%s", code, stdout, errOut)
 	}
 	data, err := os.ReadFile(filepath.Join(out, "loc_outputs.jsonl"))
@@ -514,5 +587,32 @@ func TestHyperparametersOnEveryLabellingCommand(t *testing.T) {
 				t.Errorf("%s has no --%s", cmdName, n)
 			}
 		}
+	}
+}
+
+// TestLocalizeSaysWhenNoRolloutPlayedOut: against a policy server that
+// never answers, localize logs the first failure as it happens, prints
+// the outcomes in words and exits 1 once the outage budget is spent.
+func TestLocalizeSaysWhenNoRolloutPlayedOut(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "sample")
+	if code, _, errOut := run(t, "sample", "--out", dir); code != 0 {
+		t.Fatalf("sample: %s", errOut)
+	}
+	nothing := fmt.Sprintf("http://127.0.0.1:%d/v1", freePort(t))
+	code, stdout, stderr := run(t, "localize", "--dataset", filepath.Join(dir, "dataset.jsonl"), "--repos", filepath.Join(dir, "repos"),
+		"--policy", "openai", "--model", "m", "--base-url", nothing, "--policy-outage-budget", "1s", "--limit", "2", "--samples", "2",
+		"--out", filepath.Join(t.TempDir(), "loc"))
+	if code != exitError {
+		t.Errorf("exit %d, want %d\n%s\n%s", code, exitError, stdout, stderr)
+	}
+	if !strings.Contains(stdout, "over 2 instances: 4 infra_error") {
+		t.Errorf("outcomes not in words:\n%s", stdout)
+	}
+	if n := strings.Count(stderr, "first infra_error"); n != 1 {
+		t.Errorf("the first failure logged %d times, want once:\n%s", n, stderr)
+	}
+	last := stderr[strings.LastIndex(strings.TrimSpace(stderr), "\n")+1:]
+	if !strings.HasPrefix(last, "a2farm: no rollout played to its end (4 infra_error); the first: infra_error: no server of model \"m\" answered") {
+		t.Errorf("last line %q", last)
 	}
 }

@@ -31,8 +31,11 @@ instances without a prediction score 0, as in the reference protocol, unless
 --only-predicted. --json writes one flat object with "<level>.<metric>" keys.`,
 		Args: cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
-			if predPath == "" || goldPath == "" {
-				return usagef("--predictions and --gold are required")
+			if err := required("predictions", predPath, "gold", goldPath); err != nil {
+				return err
+			}
+			if err := inputs("predictions", predPath, "gold", goldPath); err != nil {
+				return err
 			}
 			preds, err := readFile(predPath, schema.ReadLocOutputs)
 			if err != nil {

@@ -21,8 +21,11 @@ line per turn (each carrying its trajectory's fields, job_id included), a shard 
 line per training example. --out - writes to standard output.`,
 		Args: cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
-			if in == "" || out == "" {
-				return usagef("--in and --out are required")
+			if err := required("in", in, "out", out); err != nil {
+				return err
+			}
+			if err := inputs("in", in); err != nil {
+				return err
 			}
 			var rows int
 			write := func(w io.Writer) error {

@@ -60,8 +60,14 @@ func newCoordinatorCmd(e *env) *cobra.Command {
 // (only the missing ones of a run that exists) and, unless detached,
 // waits until every job has a trajectory.
 func runCoordinator(ctx context.Context, e *env, o *coordinatorOptions) error {
-	if o.datasetPath == "" || o.reposDir == "" || o.id == "" {
-		return usagef("--dataset, --repos and --run are required")
+	if err := required("dataset", o.datasetPath, "repos", o.reposDir, "run", o.id); err != nil {
+		return err
+	}
+	if err := inputs("dataset", o.datasetPath, "repos", o.reposDir); err != nil {
+		return err
+	}
+	if err := checkSamples(o.samples); err != nil {
+		return err
 	}
 	spec, err := o.run.spec()
 	if err != nil {
@@ -128,6 +134,10 @@ func waitForRun(ctx context.Context, e *env, b *bus.Bus, m *schema.RunManifest, 
 		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
 			return fmt.Errorf("run %s not complete after --timeout %s (a2farm status shows where it stands)", m.RunID, timeout)
 		}
+		if ctx.Err() != nil {
+			return &interruptedError{fmt.Sprintf("run %s goes on in the farm (its jobs are published); `a2farm status --run %s` follows it, and the same command again waits for it",
+				m.RunID, m.RunID)}
+		}
 		return err
 	}
 	fmt.Fprintf(e.stdout, "every job of run %s has a trajectory\n", m.RunID)
@@ -149,8 +159,14 @@ func newWorkerCmd(e *env) *cobra.Command {
 		Short: "Pull jobs, run episodes and publish trajectories (scale by starting more)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if reposDir == "" {
-				return usagef("--repos is required")
+			if err := required("repos", reposDir); err != nil {
+				return err
+			}
+			if err := inputs("repos", reposDir); err != nil {
+				return err
+			}
+			if err := checkConcurrency(concurrency); err != nil {
+				return err
 			}
 			if keepIndexes < 0 {
 				return usagef("--keep-indexes must be 0 or more, got %d", keepIndexes)
@@ -179,7 +195,7 @@ func newWorkerCmd(e *env) *cobra.Command {
 			farm.metrics.WatchReplicas(replicaMetrics(policies))
 			e.log.Info().Int("concurrency", concurrency).Strs("policies", policies.Offers()).Msg("worker started")
 			return worker.Run(cmd.Context(), worker.Config{Bus: farm.bus, Repos: repos, Policies: policies, Index: opts,
-				Concurrency: concurrency, Grace: grace, KeepIndexes: keepIndexes, IndexMemory: int64(indexMemory), LocalIndexes: localIndexes, WorkerID: id, OutageBudget: ef.outageBudget,
+				Concurrency: concurrency, Grace: grace, Abort: e.abort, KeepIndexes: keepIndexes, IndexMemory: int64(indexMemory), LocalIndexes: localIndexes, WorkerID: id, OutageBudget: ef.outageBudget,
 				Version: version(), Log: e.log,
 				OnTrajectory: farm.metrics.ObserveTrajectory, OnIndex: farm.metrics.IndexReady, OnIndexMemory: farm.metrics.IndexMemory,
 				OnHandOff: farm.metrics.HandedOff})
@@ -192,12 +208,12 @@ func newWorkerCmd(e *env) *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&reposDir, "repos", envOr("A2FARM_REPOS", ""), "repositories named owner__name (env A2FARM_REPOS)")
 	f.IntVar(&concurrency, "concurrency", 32, "episodes in flight")
-	f.DurationVar(&grace, "grace", 30*time.Second, "on SIGTERM, how long running episodes may finish before their jobs are handed back")
+	f.DurationVar(&grace, "grace", 30*time.Second, "on a stop request (SIGTERM, Ctrl-C), how long running episodes may finish before their jobs are handed back; a second request ends it at once")
 	f.IntVar(&keepIndexes, "keep-indexes", 4, "snapshot indexes kept open after their last episode, for the next job on the same snapshot (0: none)")
 	f.Var(&indexMemory, "index-memory", "bound on the memory of the snapshot indexes held open (estimated); idle ones beyond it are closed, least recently used first")
 	f.BoolVar(&localIndexes, "local-indexes", false, "build every index here and share none; by default a snapshot is built by one worker of the farm and fetched by the rest")
 	f.StringVar(&id, "id", envOr("A2FARM_WORKER_ID", ""), "worker id (default host-pid)")
-	return cmd
+	return service(cmd)
 }
 
 func newLearnerCmd(e *env) *cobra.Command {
@@ -239,7 +255,7 @@ func newLearnerCmd(e *env) *cobra.Command {
 	f.DurationVar(&deadline, "group-deadline", 30*time.Minute, "close a group still missing trajectories this long after its first")
 	f.DurationVar(&takeover, "takeover-after", 30*time.Second, "a standby learner takes the trajectory log over this long after the active one died (at once when it stops cleanly)")
 	lf.bind(cmd, e)
-	return cmd
+	return service(cmd)
 }
 
 // waitCtx bounds ctx by timeout when one is set.

@@ -4,16 +4,18 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/a2farm/a2farm/internal/checkfor"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/a2farm/a2farm/coordinator"
 	"github.com/a2farm/a2farm/internal/bus"
+	"github.com/a2farm/a2farm/internal/checkfor"
+	"github.com/a2farm/a2farm/internal/embednats"
 	"github.com/a2farm/a2farm/internal/natstest"
 	"github.com/a2farm/a2farm/schema"
 )
@@ -79,6 +81,9 @@ func TestStatusAndJobsRetry(t *testing.T) {
 	if len(st.Runs) != 1 || st.Runs[0].Dead != 1 || st.Runs[0].Accounted != 1 || st.Pending != 0 ||
 		st.Runs[0].PerMinute < 0.9 || st.Runs[0].PerMinute > 1 || st.Runs[0].ETA < 55*time.Second || st.Runs[0].ETA > 65*time.Second {
 		t.Fatalf("status before retry = %+v", st)
+	}
+	if code, _, errOut := run(t, append([]string{"jobs", "retry", "--run", "nope"}, flags...)...); code != exitError || !strings.Contains(errOut, `no run "nope"`) {
+		t.Errorf("jobs retry of an unknown run: exit %d: %s", code, errOut)
 	}
 	code, out, errOut := run(t, append([]string{"jobs", "retry", "--run", "r"}, flags...)...)
 	if code != 0 || !strings.Contains(out, "requeued 1 dead jobs") {
@@ -171,5 +176,69 @@ func TestNATSPasswordsAreNeverPrinted(t *testing.T) {
 	code, out, errOut := run(t, "status", "--nats", fmt.Sprintf("nats://farm:hunter2-secret@127.0.0.1:%d", port))
 	if code == 0 || strings.Contains(out+errOut, "hunter2-secret") || !strings.Contains(errOut, "REDACTED") {
 		t.Errorf("exit %d, output %q %q", code, out, errOut)
+	}
+}
+
+// TestStatusUntilWaitsOutALostServer: `status --until` outlives a server
+// that stops and comes back (it asks again instead of failing), and an
+// interrupt before the run is done exits 130.
+func TestStatusUntilWaitsOutALostServer(t *testing.T) {
+	port, store := natstest.FreePort(t), t.TempDir()
+	start := func() *server.Server {
+		s, err := embednats.Start(&server.Options{Host: "127.0.0.1", Port: port, JetStream: true, StoreDir: store, NoLog: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	srv := start()
+	defer func() { embednats.Stop(srv) }()
+	nc, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, _ := jetstream.New(nc)
+	ctx := context.Background()
+	b, err := bus.Open(ctx, js, bus.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.PutRun(ctx, &schema.RunManifest{RunID: "r", Samples: 1, Instances: []string{"i"}, Expected: 1, Created: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	nc.Close()
+
+	stop, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var stdout, stderr output
+	code := make(chan int, 1)
+	go func() {
+		code <- Run(stop, nil, []string{"status", "--nats", srv.ClientURL(), "--run", "r", "--until", "answered", "--watch", "200ms"}, &stdout, &stderr)
+	}()
+	reports := func() int { return strings.Count(stdout.String(), "queue: ") }
+	waitReports := func(n int) func() error {
+		return func() error {
+			if got := reports(); got < n {
+				return fmt.Errorf("%d reports, want %d; stderr: %s", got, n, stderr.String())
+			}
+			return nil
+		}
+	}
+	checkfor.Within(t, 10*time.Second, 50*time.Millisecond, waitReports(1))
+	embednats.Stop(srv)
+	// Down until a report has failed (the request times out).
+	for !strings.Contains(stderr.String(), "no status from the farm") {
+		select {
+		case c := <-code:
+			t.Fatalf("status ended while the server was down: exit %d\n%s", c, stderr.String())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	srv = start()
+	before := reports()
+	checkfor.Within(t, 20*time.Second, 50*time.Millisecond, waitReports(before+1))
+	cancel()
+	if c := <-code; c != exitInterrupted || !strings.Contains(stderr.String(), "interrupted; run r is not answered yet") {
+		t.Errorf("status --until interrupted: exit %d, want %d\n%s", c, exitInterrupted, stderr.String())
 	}
 }

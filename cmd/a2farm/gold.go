@@ -37,6 +37,12 @@ owner__name (e.g. psf__requests). --compare checks the result against a
 reference file and fails when any instance differs.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := required("dataset", cfg.Dataset, "repos", cfg.ReposDir); err != nil {
+				return err
+			}
+			if err := inputs("dataset", cfg.Dataset, "repos", cfg.ReposDir); err != nil {
+				return err
+			}
 			cfg.Log = e.log
 			cfg.Languages = e.languages
 			if !quiet {

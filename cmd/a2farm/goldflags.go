@@ -31,6 +31,9 @@ func (g *goldFlags) given() bool { return (g.path == "") != (g.dataset == "") }
 // load reads the gold file, or extracts gold from the dataset; instances
 // with null gold are left out.
 func (g *goldFlags) load(ctx context.Context, e *env) (map[string]schema.Locations, error) {
+	if err := inputs("gold", g.path, "dataset", g.dataset, "repos", g.repos); err != nil {
+		return nil, err
+	}
 	var golds []schema.Gold
 	var err error
 	if g.path != "" {

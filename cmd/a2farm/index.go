@@ -108,15 +108,10 @@ func buildIndex(ctx context.Context, l *lang.Set, sf snapshotFlags, cf cacheFlag
 }
 
 func (f *snapshotFlags) validate() error {
-	switch {
-	case f.repos == "":
-		return usagef("--repos is required")
-	case f.repo == "":
-		return usagef("--repo is required")
-	case f.commit == "":
-		return usagef("--commit is required")
+	if err := required("repos", f.repos, "repo", f.repo, "commit", f.commit); err != nil {
+		return err
 	}
-	return nil
+	return inputs("repos", f.repos)
 }
 
 func newIndexGraphCmd(e *env) *cobra.Command {

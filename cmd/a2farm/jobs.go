@@ -2,8 +2,11 @@ package main
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/spf13/cobra"
+
+	"github.com/a2farm/a2farm/schema"
 )
 
 func newJobsCmd(e *env) *cobra.Command {
@@ -36,6 +39,13 @@ infra_error in the archive and rewrites the group's shard.`,
 				return err
 			}
 			defer nc.Close()
+			runs, err := b.ListRuns(ctx)
+			if err != nil {
+				return err
+			}
+			if !slices.ContainsFunc(runs, func(m schema.RunManifest) bool { return m.RunID == runID }) {
+				return fmt.Errorf("no run %q on this farm (a2farm status lists the runs)", runID)
+			}
 			jobs, err := b.RetryDead(ctx, runID)
 			for _, j := range jobs {
 				e.log.Info().Str("job", j.JobID).Int64("attempt", j.Attempt).Msg("requeued")

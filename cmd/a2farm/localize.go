@@ -1,9 +1,10 @@
 package main
 
 import (
+	"errors"
 	"fmt"
-	"github.com/a2farm/a2farm/schema"
 	"path/filepath"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -17,6 +18,8 @@ func newLocalizeCmd(e *env) *cobra.Command {
 		datasetPath, reposDir, out  string
 		samples, limit, concurrency int
 		strict, withRequirements    bool
+		resume                      bool
+		grace                       time.Duration
 		cf                          cacheFlags
 		rf                          runFlags
 		ef                          endpointFlags
@@ -27,11 +30,31 @@ func newLocalizeCmd(e *env) *cobra.Command {
 		Long: `localize plays --samples episodes per instance (no NATS) and writes
 DIR/trajectories/<instance>.arrow (one Arrow IPC stream per instance, one row per
 turn) and DIR/loc_outputs.jsonl (one row per instance and sample: found_files,
-found_modules, found_entities, raw_output). Score them with a2farm eval.`,
+found_modules, found_entities, raw_output). Score them with a2farm eval.
+
+Ctrl-C starts no new episode and lets running ones finish within --grace (a second
+Ctrl-C stops them at once); everything that finished is written and the command exits
+130. --resume continues the run in the same --out, playing only the samples it lacks;
+without it a used --out is refused.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if datasetPath == "" || reposDir == "" || out == "" {
-				return usagef("--dataset, --repos and --out are required")
+			if err := required("dataset", datasetPath, "repos", reposDir, "out", out); err != nil {
+				return err
+			}
+			if err := inputs("dataset", datasetPath, "repos", reposDir); err != nil {
+				return err
+			}
+			if err := checkSamples(samples); err != nil {
+				return err
+			}
+			if err := checkConcurrency(concurrency); err != nil {
+				return err
+			}
+			if limit < 0 {
+				return usagef("--limit %d: want 0 (all) or more", limit)
+			}
+			if grace < 0 {
+				return usagef("--grace %s: want 0 or more", grace)
 			}
 			spec, err := rf.spec()
 			if err != nil {
@@ -43,9 +66,6 @@ found_modules, found_entities, raw_output). Score them with a2farm eval.`,
 			}
 			if err := servable(policies, spec); err != nil {
 				return err
-			}
-			if samples < 1 || limit < 0 || concurrency < 0 {
-				return usagef("--samples must be >= 1, --limit and --concurrency >= 0")
 			}
 			opts, err := cf.options(e.languages)
 			if err != nil {
@@ -65,34 +85,48 @@ found_modules, found_entities, raw_output). Score them with a2farm eval.`,
 				instances = instances[:limit]
 			}
 			report, finish := e.progress("rollouts")
-			trs, err := worker.Localize(cmd.Context(), worker.LocalizeConfig{
+			res, err := worker.Localize(cmd.Context(), worker.LocalizeConfig{
 				Instances: instances, Repos: repos, Spec: spec, Policies: policies, Index: opts, Samples: samples,
-				Concurrency: concurrency, Out: out, Log: e.log, Progress: report, OutageBudget: ef.outageBudget,
+				Concurrency: concurrency, Out: out, Resume: resume, Grace: grace, Abort: e.abort,
+				Log: e.log, Progress: report, OutageBudget: ef.outageBudget,
 			})
 			finish()
-			if err != nil {
+			var inUse *worker.OutInUseError
+			if errors.As(err, &inUse) {
+				return &usageError{err}
+			}
+			if err != nil && !errors.Is(err, worker.ErrInterrupted) {
 				return err
 			}
-			status := map[schema.Status]int{}
 			turns := 0
-			for _, tr := range trs {
-				status[tr.Status]++
+			for _, tr := range res.Trajectories {
 				turns += len(tr.Turns)
 			}
-			fmt.Fprintf(e.stdout, "%d rollouts (%d turns) over %d instances: %v\n  predictions %s\n  trajectories %s\n",
-				len(trs), turns, len(instances), status, filepath.Join(out, "loc_outputs.jsonl"), filepath.Join(out, "trajectories"))
-			return nil
+			resumed := ""
+			if res.Resumed > 0 {
+				resumed = fmt.Sprintf(" (%d from the earlier run)", res.Resumed)
+			}
+			fmt.Fprintf(e.stdout, "%d rollouts%s (%d turns) over %d instances: %s\n  predictions %s\n  trajectories %s\n",
+				len(res.Trajectories), resumed, turns, len(instances), outcomes(res.Trajectories),
+				filepath.Join(out, "loc_outputs.jsonl"), filepath.Join(out, "trajectories"))
+			if err != nil {
+				return &interruptedError{fmt.Sprintf("%d of %d samples finished and written to %s; continue with the same command and --resume",
+					res.Finished, res.Wanted, out)}
+			}
+			return nonePlayedOut(res.Trajectories)
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&datasetPath, "dataset", "", "dataset JSONL or Parquet")
 	f.StringVar(&reposDir, "repos", envOr("A2FARM_REPOS", ""), "folder of git repositories named owner__name (env A2FARM_REPOS)")
-	f.StringVar(&out, "out", "", "output folder")
-	f.IntVar(&samples, "samples", 1, "episodes per instance")
+	f.StringVar(&out, "out", "", "output folder (refused when it holds a run, unless --resume)")
+	f.IntVar(&samples, "samples", 1, fmt.Sprintf("episodes per instance (1 to %d)", worker.MaxSamples))
 	f.IntVar(&limit, "limit", 0, "run only the first K instances (0: all)")
 	f.IntVar(&concurrency, "concurrency", 4, "episodes in flight")
 	f.BoolVar(&strict, "strict", false, "fail on the first bad dataset row")
 	f.BoolVar(&withRequirements, "with-requirements", false, withRequirementsUsage)
+	f.BoolVar(&resume, "resume", false, "continue the run in --out: play only the samples it has not finished (same flags)")
+	f.DurationVar(&grace, "grace", worker.DefaultLocalizeGrace, "after Ctrl-C, how long running episodes may finish before they are cancelled")
 	cf.bind(cmd)
 	rf.bind(cmd, "heuristic")
 	ef.bind(cmd)

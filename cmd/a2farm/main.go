@@ -1,18 +1,17 @@
 // Command a2farm is the rollout farm for training code-localization agents:
-// coordinator, workers, learner and tools in one binary. Each command lives
-// in a file of its own here: a flag struct and a plain run function.
+// coordinator, workers and learner, tools and evaluation in one binary.
+// Each command lives in a file of its own here: a flag struct and a plain
+// run function.
 package main
 
 import (
-	"context"
 	"os"
-	"os/signal"
 	"syscall"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := Run(ctx, os.Args[1:], os.Stdout, os.Stderr)
-	stop()
+	stop := listenForStop(os.Interrupt, syscall.SIGTERM)
+	code := Run(stop.ctx, stop.abort, os.Args[1:], os.Stdout, os.Stderr)
+	stop.release()
 	os.Exit(code)
 }

@@ -135,7 +135,7 @@ func TestMultiProcessFarmSurvivesAKilledWorker(t *testing.T) {
 		waitFor(t, "nats listening on")
 	common := []string{"--nats", url, "--nats-user", "farm", "--ack-wait", "3s"}
 
-	bad := exec.Command(bin, append([]string{"coordinator", "--dataset", "x", "--repos", dir, "--run", "r", "--model", "m"}, common...)...)
+	bad := exec.Command(bin, append([]string{"coordinator", "--dataset", filepath.Join(dir, "sample", "dataset.jsonl"), "--repos", dir, "--run", "r", "--model", "m"}, common...)...)
 	bad.Env = append(os.Environ(), "A2FARM_NATS_PASSWORD=wrong")
 	if out, err := bad.CombinedOutput(); err == nil || !strings.Contains(strings.ToLower(string(out)), "authorization") {
 		t.Errorf("a wrong password was not refused: %v\n%s", err, out)

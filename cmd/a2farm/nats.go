@@ -59,7 +59,7 @@ deploy/nats/*.conf.`,
 	f.StringVar(&o.routes, "routes", "", "the cluster's route URLs, comma-separated (nats-route://HOST:PORT)")
 	f.StringVar(&o.clusterName, "cluster-name", "a2farm", "the cluster's name")
 	f.BoolVar(&o.serverLog, "server-log", false, "print the NATS server's own log on standard error")
-	return cmd
+	return service(cmd)
 }
 
 // serverOptions turns the flags into the embedded server's options.

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -166,7 +165,8 @@ func redactURLs(urls string) string {
 	return strings.Join(parts, ",")
 }
 
-// redactErr removes any password in urls from an error's text.
+// redactErr removes any password in urls from an error's text; the error
+// underneath is kept for errors.Is.
 func redactErr(err error, urls string) error {
 	msg := err.Error()
 	for _, p := range strings.Split(urls, ",") {
@@ -176,5 +176,13 @@ func redactErr(err error, urls string) error {
 			}
 		}
 	}
-	return errors.New(msg)
+	return &redactedError{msg: msg, err: err}
 }
+
+type redactedError struct {
+	msg string
+	err error
+}
+
+func (e *redactedError) Error() string { return e.msg }
+func (e *redactedError) Unwrap() error { return e.err }

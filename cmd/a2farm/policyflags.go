@@ -28,10 +28,13 @@ type runFlags struct {
 	branches, forkDepth           int64
 	forkAt                        string
 	branchBudget                  float64
+	// given tells which flags were set on the command line.
+	given func(name string) bool
 }
 
 func (f *runFlags) bind(cmd *cobra.Command, defaultKind string) {
 	fs := cmd.Flags()
+	f.given = fs.Changed
 	fs.StringVar(&f.kind, "policy", defaultKind, "policy kind that plays the run: heuristic (built in), openai (a model on an OpenAI-compatible server) or replay (recorded trajectories)")
 	fs.StringVar(&f.model, "model", envOr("A2FARM_MODEL", ""), "model or LoRA adapter name the openai policy asks the server for (env A2FARM_MODEL)")
 	fs.StringVar(&f.version, "policy-version", "", "checkpoint tag recorded in every trajectory, e.g. iter1")
@@ -53,6 +56,46 @@ func (f *runFlags) bind(cmd *cobra.Command, defaultKind string) {
 	fs.Int64Var(&f.forkDepth, "fork-depth", 2, "auto fork points: the history depth whose groups are thinned (the learner's --H)")
 }
 
+// check names the first run flag out of its range, or a branch flag
+// given without --branches.
+func (f *runFlags) check() error {
+	floatAtLeast0 := func(name string, v float64) error {
+		if v < 0 {
+			return usagef("--%s %g: want 0 or more", name, v)
+		}
+		return nil
+	}
+	intAtLeast := func(name string, v, lo int64) error {
+		if v < lo {
+			return usagef("--%s %d: want %d or more", name, v, lo)
+		}
+		return nil
+	}
+	checks := []error{
+		intAtLeast("max-tool-calls", f.maxToolCalls, 1), intAtLeast("max-context-tokens", f.maxContext, 1),
+		floatAtLeast0("temperature", f.temperature), intAtLeast("top-k", f.topK, 0),
+		floatAtLeast0("repetition-penalty", f.repPenalty), intAtLeast("max-tokens", f.maxTokens, 0),
+		intAtLeast("branches", f.branches, 0), floatAtLeast0("branch-budget", f.branchBudget), intAtLeast("fork-depth", f.forkDepth, 1),
+	}
+	if f.topP < 0 || f.topP > 1 {
+		checks = append(checks, usagef("--top-p %g: want 0 to 1", f.topP))
+	}
+	if f.episodeTimeout < 0 {
+		checks = append(checks, usagef("--episode-timeout %s: want 0 (none) or more", f.episodeTimeout))
+	}
+	for _, name := range []string{"fork-at", "branch-budget", "fork-depth"} {
+		if f.branches == 0 && f.given != nil && f.given(name) {
+			checks = append(checks, usagef("--%s needs --branches N (how many continuations fork at each point)", name))
+		}
+	}
+	for _, err := range checks {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // branching reads the branch flags.
 func (f *runFlags) branching() (schema.Branching, error) {
 	b := schema.Branching{Branches: f.branches}
@@ -62,8 +105,8 @@ func (f *runFlags) branching() (schema.Branching, error) {
 			b.Budget, b.Depth = 0, 0
 			for _, field := range strings.Split(f.forkAt, ",") {
 				t, err := strconv.ParseInt(strings.TrimSpace(field), 10, 64)
-				if err != nil {
-					return b, usagef("--fork-at %q: want comma-separated turns or auto", f.forkAt)
+				if err != nil || t < 1 {
+					return b, usagef("--fork-at %q: want auto, or turns from 1 separated by commas (turn 0 is an independent sample)", f.forkAt)
 				}
 				b.ForkAt = append(b.ForkAt, t)
 			}
@@ -86,8 +129,8 @@ func (f *runFlags) spec() (schema.RunSpec, error) {
 	default:
 		return schema.RunSpec{}, usagef("--policy %q: want heuristic, openai or replay", f.kind)
 	}
-	if f.maxToolCalls < 1 || f.maxContext < 1 || f.episodeTimeout < 0 {
-		return schema.RunSpec{}, usagef("--max-tool-calls and --max-context-tokens must be >= 1, --episode-timeout >= 0")
+	if err := f.check(); err != nil {
+		return schema.RunSpec{}, err
 	}
 	s := schema.RunSpec{
 		Policy: schema.Policy{Kind: schema.PolicyKind(f.kind), Model: f.model, Version: f.version, TextMode: f.textMode,

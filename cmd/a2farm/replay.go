@@ -66,8 +66,16 @@ group coverage and advantage statistics for several history lengths.`,
 // runReplay labels an archive and writes what the flags ask for: the
 // H sweep, labels, shards.
 func runReplay(ctx context.Context, e *env, o *replayOptions) error {
-	if o.archive == "" || !o.gold.given() || (o.out == "" && o.labelsPath == "" && o.sweep == "") {
-		return usagef("--archive, one of --gold or --dataset (with --repos), and one of --out, --labels or --sweep-H are required")
+	switch {
+	case o.archive == "":
+		return usagef("--archive is required")
+	case !o.gold.given():
+		return usagef("--gold (or --dataset with --repos) is required: replay labels the trajectories against the gold")
+	case o.out == "" && o.labelsPath == "" && o.sweep == "":
+		return usagef("--out is required (or --labels, or --sweep-H): what replay should write")
+	}
+	if err := inputs("archive", o.archive); err != nil {
+		return err
 	}
 	cfg, err := o.learn.config()
 	if err != nil {

@@ -6,7 +6,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -16,27 +15,9 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
-	"github.com/a2farm/a2farm/coordinator"
-	"github.com/a2farm/a2farm/internal/bus"
 	"github.com/a2farm/a2farm/internal/progress"
 	"github.com/a2farm/a2farm/lang"
-	"github.com/a2farm/a2farm/learner"
 )
-
-// Exit codes.
-const (
-	exitOK    = 0
-	exitError = 1
-	exitUsage = 2
-)
-
-// usageError marks bad flags or arguments.
-type usageError struct{ err error }
-
-func (e *usageError) Error() string { return e.err.Error() }
-func (e *usageError) Unwrap() error { return e.err }
-
-func usagef(format string, args ...any) error { return &usageError{fmt.Errorf(format, args...)} }
 
 // env is what every subcommand gets: output streams and the logger.
 type env struct {
@@ -47,18 +28,24 @@ type env struct {
 	// languages are the registered languages (languages.go): the commands
 	// choose them, every package below takes them as a value.
 	languages *lang.Set
+	// abort is closed by a second stop request: what still runs stops now
+	// instead of at the end of its grace (nil: never).
+	abort <-chan struct{}
 }
 
-// Run executes the command line and returns the process exit code.
-func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+// Run executes the command line and returns the process exit code (see
+// exit.go). ctx is done at the first stop request: a command takes no new
+// work and lets what runs finish within its grace; abort, when not nil,
+// is closed by a second: stop now.
+func Run(ctx context.Context, abort <-chan struct{}, args []string, stdout, stderr io.Writer) int {
 	stderr = &syncWriter{w: stderr}
-	e := &env{stdout: stdout, stderr: stderr, languages: languages()}
+	e := &env{stdout: stdout, stderr: stderr, languages: languages(), abort: abort}
 	root := newRoot(e)
 	root.SetArgs(args)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	err := root.ExecuteContext(ctx)
-	return exitCode(ctx, err, stderr)
+	cmd, err := root.ExecuteContextC(ctx)
+	return exitCode(ctx, cmd, err, stderr)
 }
 
 // CheckArgs reports whether args name an a2farm command and flags it
@@ -75,27 +62,6 @@ func CheckArgs(args []string) error {
 	return cmd.ParseFlags(rest)
 }
 
-// exitCode maps an error to an exit code and prints it once.
-func exitCode(ctx context.Context, err error, stderr io.Writer) int {
-	if err == nil {
-		return exitOK
-	}
-	// Stopped by a signal: a requested shutdown, not a failure.
-	if ctx.Err() != nil && errors.Is(err, context.Canceled) {
-		fmt.Fprintln(stderr, "a2farm: stopped")
-		return exitOK
-	}
-	fmt.Fprintf(stderr, "a2farm: %v\n", err)
-	var ue *usageError
-	var ce *coordinator.ConfigError
-	var le *learner.ConfigError
-	var old *bus.ServerTooOldError
-	if errors.As(err, &ue) || errors.As(err, &ce) || errors.As(err, &le) || errors.As(err, &old) {
-		return exitUsage
-	}
-	return exitError
-}
-
 func newRoot(e *env) *cobra.Command {
 	root := &cobra.Command{
 		Use:   "a2farm",
@@ -108,7 +74,7 @@ their trajectories into weighted training shards (the A²Agent method).`,
 			return e.setupLogging()
 		},
 	}
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err} })
+	root.SetFlagErrorFunc(flagError)
 	root.PersistentFlags().StringVar(&e.logLevel, "log-level", envOr("A2FARM_LOG_LEVEL", "info"), "log level: debug, info, warn, error (env A2FARM_LOG_LEVEL)")
 	root.PersistentFlags().StringVar(&e.logFormat, "log-format", envOr("A2FARM_LOG_FORMAT", "console"), "log format: console or json (env A2FARM_LOG_FORMAT)")
 	root.AddCommand(
@@ -131,6 +97,7 @@ their trajectories into weighted training shards (the A²Agent method).`,
 		newSampleCmd(e),
 		newVersionCmd(e),
 	)
+	strictArgs(root)
 	return root
 }
 

@@ -26,8 +26,11 @@ the top-k chunks, for textbook BM25 (bm25) and bleve's bm25 scoring (bleve) over
 same tokens. Gold comes from --gold, or from file_changes in the dataset rows.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if datasetPath == "" || reposDir == "" {
-				return usagef("--dataset and --repos are required")
+			if err := required("dataset", datasetPath, "repos", reposDir); err != nil {
+				return err
+			}
+			if err := inputs("dataset", datasetPath, "repos", reposDir, "gold", goldPath); err != nil {
+				return err
 			}
 			if goldPath == "" {
 				goldPath = datasetPath
@@ -94,7 +97,10 @@ same tokens. Gold comes from --gold, or from file_changes in the dataset rows.`,
 				n++
 			}
 			if n == 0 {
-				return fmt.Errorf("no instance of %s has gold files", datasetPath)
+				if goldPath == datasetPath {
+					return usagef("no row of %s carries gold file_changes; pass --gold GT.jsonl (a2farm gold writes one)", datasetPath)
+				}
+				return usagef("no instance of %s has gold files in %s", datasetPath, goldPath)
 			}
 			fmt.Fprintf(tw, "MEAN (%d)\t\t", n)
 			for _, eng := range engines {

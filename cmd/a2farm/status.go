@@ -70,25 +70,32 @@ the last hour, until interrupted. It is read-only and binds to loopback when ADD
 			}
 			for {
 				st, err := coordinator.Status(ctx, b, runID, time.Now())
-				if err != nil {
+				switch {
+				case err != nil && (watch == 0 || bus.Permanent(err) || ctx.Err() != nil):
 					return err
-				}
-				if asJSON {
+				case err != nil:
+					// Watching outlives a cluster's leader election or a
+					// restarting server: say so and ask again.
+					e.log.Warn().Err(err).Msg("no status from the farm; asking again")
+				case asJSON:
 					if err := json.NewEncoder(e.stdout).Encode(st); err != nil {
 						return err
 					}
-				} else {
+				default:
 					printStatus(e.stdout, st)
 				}
-				if watch == 0 || until != "" && reached(st, until) {
+				if err == nil && (watch == 0 || until != "" && reached(st, until)) {
 					return nil
 				}
 				select {
 				case <-ctx.Done():
-					return nil
+					if until != "" {
+						return &interruptedError{fmt.Sprintf("run %s is not %s yet", runID, until)}
+					}
+					return nil // a watch ends when it is stopped
 				case <-time.After(watch):
 				}
-				if !asJSON {
+				if !asJSON && err == nil {
 					fmt.Fprintln(e.stdout)
 				}
 			}
@@ -153,14 +160,14 @@ func printStatus(w io.Writer, st *coordinator.FarmStatus) {
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	if len(st.Workers) > 0 {
-		fmt.Fprintln(tw, "WORKER\tHOST\tACTIVE\tDONE\tINDEXES\tPOLICIES\tVERSION\tLAST SEEN")
+		fmt.Fprintln(tw, "WORKER\tHOST\tACTIVE\tPLAYED\tHANDED ON\tINDEXES\tPOLICIES\tVERSION\tLAST SEEN")
 		for _, hb := range st.Workers {
 			active := fmt.Sprintf("%d/%d", hb.Active, hb.Capacity)
 			if slices.Contains(st.Silent, hb.ID) {
 				active = "silent" // its last report is stale: it stopped or lost the server
 			}
 			indexes := fmt.Sprintf("%d (%.0f/%.0f MiB)", hb.Indexes, float64(hb.IndexBytes)/(1<<20), float64(hb.IndexBudget)/(1<<20))
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s ago\n", hb.ID, hb.Host, active, hb.Done, indexes,
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s ago\n", hb.ID, hb.Host, active, hb.Done, hb.HandedOff, indexes,
 				strings.Join(hb.Policies, ","), hb.Version, st.At.Sub(hb.Updated).Round(time.Second))
 		}
 	}

@@ -26,11 +26,11 @@ an interrupted run resumes where it stopped and files whose content is unchanged
 the environment variable named by --api-key-env.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if out == "" || baseURL == "" || model == "" {
-				return usagef("--out, --base-url and --model are required")
+			if err := required("out", out, "base-url", baseURL, "model", model); err != nil {
+				return err
 			}
-			if concurrency < 1 {
-				return usagef("--concurrency must be at least 1")
+			if err := checkConcurrency(concurrency); err != nil {
+				return err
 			}
 			client, err := llm.New(llm.Config{BaseURL: baseURL, APIKey: os.Getenv(keyEnv)})
 			if err != nil {

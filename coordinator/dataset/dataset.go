@@ -34,6 +34,17 @@ func (e *RowError) Error() string {
 	return fmt.Sprintf("line %d: %s", e.Line, e.Reason)
 }
 
+// Error is a dataset that cannot be used as given — missing or
+// unreadable, without rows, without a single valid row, or with a bad row
+// in strict mode: the input is at fault, not the work.
+type Error struct {
+	Path string
+	Err  error
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("dataset %s: %v", e.Path, e.Err) }
+func (e *Error) Unwrap() error { return e.Err }
+
 // RepoChecker verifies that a repository and commit exist. The coordinator
 // and the gold command pass one backed by the --repos folder; nil skips the
 // check.
@@ -61,25 +72,41 @@ type Result struct {
 	Skipped []*RowError
 }
 
-// Load reads a .jsonl/.json file, or a .parquet file.
+// Load reads a .jsonl/.json file, or a .parquet file. A dataset that
+// cannot be used — including one whose every row is invalid — is an
+// *Error; a cancelled context is returned as it is.
 func Load(ctx context.Context, path string, opts Options) (*Result, error) {
+	res, err := load(ctx, path, opts)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, &Error{Path: path, Err: err}
+	}
+	if len(res.Instances) == 0 {
+		return nil, &Error{Path: path, Err: fmt.Errorf("%w: all %d rows are invalid (first: %v)", ErrNoValidRows, len(res.Skipped), res.Skipped[0])}
+	}
+	return res, nil
+}
+
+func load(ctx context.Context, path string, opts Options) (*Result, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, fmt.Errorf("dataset: %w", err)
+		var pe *os.PathError
+		if errors.As(err, &pe) {
+			return nil, pe.Err // the path is in the message already
+		}
+		return nil, err
 	}
 	defer f.Close()
 	if strings.HasSuffix(strings.ToLower(path), ".parquet") {
 		rows, err := readParquet(ctx, f)
 		if err != nil {
-			return nil, fmt.Errorf("dataset %s: %w", path, err)
+			return nil, err
 		}
 		return validateAll(ctx, rows, opts)
 	}
-	res, err := Read(ctx, f, opts)
-	if err != nil {
-		return nil, fmt.Errorf("dataset %s: %w", path, err)
-	}
-	return res, nil
+	return Read(ctx, f, opts)
 }
 
 // rawRow is one undecoded row with its position.
@@ -103,7 +130,7 @@ func Read(ctx context.Context, r io.Reader, opts Options) (*Result, error) {
 		}
 		row := rawRow{line: line}
 		if err := json.Unmarshal(text, &row.fields); err != nil {
-			row.err = fmt.Errorf("invalid JSON: %w", err)
+			row.err = jsonRowError(err)
 		} else if row.fields == nil {
 			row.err = errors.New("invalid JSON: want an object, got null")
 		}
@@ -113,6 +140,27 @@ func Read(ctx context.Context, r io.Reader, opts Options) (*Result, error) {
 		return nil, fmt.Errorf("read line %d: %w", line+1, err)
 	}
 	return validateAll(ctx, rows, opts)
+}
+
+// jsonRowError says in words why a line is not a JSON object, without the
+// decoder's internals.
+func jsonRowError(err error) error {
+	var syntax *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &syntax):
+		return fmt.Errorf("invalid JSON at column %d", syntax.Offset)
+	case errors.As(err, &typ):
+		return fmt.Errorf("invalid JSON: want an object, got %s %s", article(typ.Value), typ.Value)
+	}
+	return errors.New("invalid JSON")
+}
+
+func article(word string) string {
+	if word != "" && strings.ContainsRune("aeiou", rune(word[0])) {
+		return "an"
+	}
+	return "a"
 }
 
 func validateAll(ctx context.Context, rows []rawRow, opts Options) (*Result, error) {
@@ -139,8 +187,12 @@ func validateAll(ctx context.Context, rows []rawRow, opts Options) (*Result, err
 	return res, nil
 }
 
-// ErrEmpty is a dataset without a single row.
-var ErrEmpty = errors.New("the dataset has no rows")
+// ErrEmpty is a dataset without a single row; ErrNoValidRows one whose
+// every row was rejected.
+var (
+	ErrEmpty       = errors.New("the dataset has no rows")
+	ErrNoValidRows = errors.New("no valid row")
+)
 
 var (
 	repoPattern   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9_.][A-Za-z0-9_.-]*$`)

@@ -322,8 +322,11 @@ type Heartbeat struct {
 	Host     string `json:"host"`
 	Active   int    `json:"active"`
 	Capacity int    `json:"capacity"`
-	Done     int64  `json:"done"`
-	Version  string `json:"version"`
+	// Done counts the episodes the worker played to a trajectory;
+	// HandedOff the jobs it passed to another worker instead.
+	Done      int64  `json:"done"`
+	HandedOff int64  `json:"handed_off,omitempty"`
+	Version   string `json:"version"`
 	// Policies are what the worker can play: policy kinds, and
 	// "openai:MODEL" or "openai:*" for the models its endpoints serve.
 	Policies []string `json:"policies,omitempty"`

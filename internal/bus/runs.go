@@ -24,6 +24,8 @@ type RunTracker struct {
 	answered map[string]bool
 	decode   bool
 	cons     jetstream.Consumer
+	// last is when the latest answering trajectory was stored.
+	last time.Time
 	// Rejected receives each message that counts nowhere, with why (once
 	// per message); nil ignores them.
 	Rejected func(seq uint64, why string)
@@ -95,10 +97,15 @@ func (t *RunTracker) Update(ctx context.Context) (int, error) {
 // Answered reports whether the job has a trajectory.
 func (t *RunTracker) Answered(jobID string) bool { return t.answered[jobID] }
 
+// LastAnswer is when the latest trajectory that answered a job was
+// stored (zero before any): a finished run's end.
+func (t *RunTracker) LastAnswer() time.Time { return t.last }
+
 func (t *RunTracker) observe(ctx context.Context, msg jetstream.Msg) {
 	var seq uint64
+	var stored time.Time
 	if md, err := msg.Metadata(); err == nil {
-		seq = md.Sequence.Stream
+		seq, stored = md.Sequence.Stream, md.Timestamp
 	}
 	reject := func(why string) {
 		if t.Rejected != nil {
@@ -129,6 +136,9 @@ func (t *RunTracker) observe(ctx context.Context, msg jetstream.Msg) {
 		}
 	}
 	t.answered[id] = true
+	if stored.After(t.last) {
+		t.last = stored
+	}
 }
 
 // Quarantine moves a message that is not what its subject promises to

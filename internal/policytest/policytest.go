@@ -50,6 +50,12 @@ func ScriptedDelays(tb testing.TB, delay func() time.Duration) *ScriptedServer {
 	return s
 }
 
+// ScriptedHandler is Scripted's handler without a server, for a
+// stand-in that runs as a process of its own (the chaos test kills it).
+func ScriptedHandler(delay time.Duration) http.Handler {
+	return (&ScriptedServer{}).handler(func() time.Duration { return delay })
+}
+
 // handler answers chat completions with the scripted episode.
 func (s *ScriptedServer) handler(delay func() time.Duration) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
