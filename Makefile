@@ -44,6 +44,8 @@ test: ## vet, the gofmt check and the whole test suite under the race detector (
 	$(GO) vet ./...
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
+	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || command -v google-chrome >/dev/null || \
+	  echo "note: no headless browser found: the page tests will skip (apt-get install chromium runs them)"
 	$(GO) test -race -count=1 ./...
 
 .PHONY: lint
@@ -62,7 +64,7 @@ bench-scale: ## a farm past one machine's worth of workers on loopback: 32 worke
 	A2FARM_BENCH_SCALE=1 $(GO) test ./cmd/a2farm -run '^$$' -bench Scale -benchtime 1x -timeout 60m -v | tee $(RUN_DIR)/bench-scale.txt
 
 .PHONY: bench-branches
-bench-branches: ## independent samples vs branch rollouts on real repositories (heuristic over the OpenAI protocol, prefix-cache token counts; needs the repos in $(REPOS))
+bench-branches: ## independent samples vs branch rollouts on real repositories (heuristic over the OpenAI protocol, prefix-cache token counts; needs the repos in REPOS, default .repos)
 	A2FARM_BENCH_BRANCHES=1 A2FARM_REPOS=$(abspath $(REPOS)) $(GO) test ./cmd/a2farm -run '^$$' -bench Branches -benchtime 1x -timeout 60m | tee $(RUN_DIR)/bench-branches.txt
 
 .PHONY: bench-big
@@ -116,7 +118,7 @@ soak: ## ~10,000 jobs through one farm worker (no growth per job); 2,000 jobs th
 	A2FARM_SOAK=1 $(GO) test ./cmd/a2farm -run TestSoakFaults -v -count 1 -timeout 20m
 
 .PHONY: check-gold
-check-gold: build ## compare extracted gold with the reference on data/dev-instances.jsonl (needs the repos in $(REPOS))
+check-gold: build ## compare extracted gold with the reference on data/dev-instances.jsonl (needs the repos in REPOS, default .repos)
 	@missing=""; for r in psf__requests pallets__flask mwaskom__seaborn; do \
 	  [ -d "$(REPOS)/$$r" ] || missing="$$missing $$r"; done; \
 	if [ -n "$$missing" ]; then \

@@ -3,8 +3,10 @@ package schema
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"strings"
 )
 
 // scanJSONL calls fn with each non-empty line of r and its 1-based number.
@@ -16,10 +18,49 @@ func scanJSONL(r io.Reader, fn func(line int, data []byte) error) error {
 			continue
 		}
 		if err := fn(line, sc.Bytes()); err != nil {
-			return fmt.Errorf("line %d: %w", line, err)
+			return fmt.Errorf("line %d: %w", line, DescribeJSONError(err))
 		}
 	}
 	return sc.Err()
+}
+
+// DescribeJSONError says in words what encoding/json found wrong — where
+// the text stops being JSON, or which field holds the wrong kind of value —
+// without the decoder's internals; other errors are returned as they are.
+func DescribeJSONError(err error) error {
+	var syntax *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &syntax):
+		return fmt.Errorf("invalid JSON at column %d", syntax.Offset)
+	case errors.As(err, &typ) && typ.Field != "":
+		return fmt.Errorf("%s: want %s, got %s %s", typ.Field, jsonKind(typ.Type.Kind().String()), article(typ.Value), typ.Value)
+	case errors.As(err, &typ):
+		return fmt.Errorf("invalid JSON: want %s, got %s %s", jsonKind(typ.Type.Kind().String()), article(typ.Value), typ.Value)
+	}
+	return err
+}
+
+// jsonKind names a Go kind as the JSON value it decodes from.
+func jsonKind(kind string) string {
+	switch kind {
+	case "map", "struct":
+		return "an object"
+	case "slice", "array":
+		return "a list"
+	case "string":
+		return "a string"
+	case "bool":
+		return "true or false"
+	}
+	return "a number"
+}
+
+func article(word string) string {
+	if word != "" && strings.ContainsRune("aeiou", rune(word[0])) {
+		return "an"
+	}
+	return "a"
 }
 
 // ReadGold reads gt_location.jsonl rows.

@@ -41,6 +41,10 @@ func TestExitCodes(t *testing.T) {
 	if err := os.WriteFile(invalid, []byte("{\"instance_id\": \"x\"}\nnot json\n[1]\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	badJSON := filepath.Join(dir, "bad.jsonl")
+	if err := os.WriteFile(badJSON, []byte("{\"instance_id\": nul}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	noServer := fmt.Sprintf("nats://127.0.0.1:%d", freePort(t))
 	tests := []struct {
 		name string
@@ -67,6 +71,7 @@ func TestExitCodes(t *testing.T) {
 		{"strict on a bad row", []string{"localize", "--strict", "--dataset", invalid, "--repos", dir, "--out", filepath.Join(dir, "l")}, exitUsage, `line 1 (x): missing field "repo"`},
 		{"missing predictions", []string{"eval", "--predictions", "/nope.jsonl", "--gold", invalid}, exitUsage, "--predictions /nope.jsonl: no such file or folder"},
 		{"missing archive", []string{"replay", "--archive", "/nope", "--gold", invalid, "--out", dir}, exitUsage, "--archive /nope: no such file or folder"},
+		{"predictions not JSON", []string{"eval", "--predictions", badJSON, "--gold", invalid}, exitError, "bad.jsonl: line 1: invalid JSON at column 20"},
 		{"replay needs gold", []string{"replay", "--archive", dir, "--out", dir}, exitUsage, "--gold (or --dataset with --repos) is required"},
 		{"missing export input", []string{"export", "--in", "/nope.arrow", "--out", "-"}, exitUsage, "--in /nope.arrow: no such file or folder"},
 		{"missing coordinator dataset", []string{"coordinator", "--dataset", "/nope.jsonl", "--repos", dir, "--run", "r"}, exitUsage, "--dataset /nope.jsonl: no such file or folder"},

@@ -24,7 +24,10 @@ func newEvalCmd(e *env) *cobra.Command {
 		Long: `eval scores predictions at the file, module and function levels:
 precision@k, recall@k and f1@k with the reference's fixed k (5/10/10) as the
 precision denominator; precision, recall and f1 over all predictions; acc@1/3/5/10,
-ndcg@k and map@k. Function-level predictions lose a trailing ".__init__". Instances
+ndcg@k and map@k. acc@k is the reference's: 1 when the first k predictions hold
+min(|gold|, k) gold ids — so it is not monotone in k (an instance with three gold
+files scores acc@1 = 1 for one right first guess but needs all three for acc@3).
+Function-level predictions lose a trailing ".__init__". Instances
 with null gold are skipped, and a level is skipped where the gold is empty. With
 several samples per instance, each sample is scored and the results averaged. Gold
 instances without a prediction score 0, as in the reference protocol, unless

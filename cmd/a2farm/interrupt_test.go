@@ -106,6 +106,9 @@ func TestInterruptsKeepTheWork(t *testing.T) {
 		if code != exitInterrupted || !strings.Contains(p.out.String(), "continue with the same command and --resume") {
 			t.Fatalf("up after Ctrl-C: exit %d, want %d\n%s", code, exitInterrupted, p.out.String())
 		}
+		if n := strings.Count(p.out.String(), "redelivery will be taken as a duplicate"); n > 0 {
+			t.Errorf("a clean stop warned %d times that archived trajectories would come again:\n%s", n, p.out.String())
+		}
 		for _, kept := range []string{"report.html", "learner/archive", "up.json"} {
 			if _, err := os.Stat(filepath.Join(out, kept)); err != nil {
 				t.Errorf("after the interrupt: %v", err)

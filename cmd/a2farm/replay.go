@@ -128,7 +128,13 @@ func runReplay(ctx context.Context, e *env, o *replayOptions) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(e.stdout, "%d of %d trajectories written to %d shard files (%d rows) in %s\n", kept, len(trs), len(m.Files), m.Rows, o.out)
+	dropped := ""
+	if left := len(trs) - kept; left > 0 && o.sft {
+		dropped = fmt.Sprintf("; %d left out: not the best teacher trajectory of their instance", left)
+	} else if left > 0 {
+		dropped = fmt.Sprintf("; %d left out by the trainer filter: no gold file surfaced, or fewer than three messages (--keep-unsuccessful keeps them)", left)
+	}
+	fmt.Fprintf(e.stdout, "%d of %d trajectories written to %d shard files (%d rows) in %s%s\n", kept, len(trs), len(m.Files), m.Rows, o.out, dropped)
 	if m.TokenNote != "" {
 		fmt.Fprintf(e.stdout, "token shards: none — %s\n", m.TokenNote)
 	} else {

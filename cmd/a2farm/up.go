@@ -19,6 +19,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/a2farm/a2farm/coordinator"
+	"github.com/a2farm/a2farm/coordinator/statuspage"
 	"github.com/a2farm/a2farm/internal/atomicfile"
 	"github.com/a2farm/a2farm/internal/bus"
 	"github.com/a2farm/a2farm/internal/embednats"
@@ -132,6 +133,11 @@ func (o *upOptions) plan(e *env) (*upPlan, error) {
 	}
 	if o.grace < 0 {
 		return nil, usagef("--grace %s: want 0 or more", o.grace)
+	}
+	if o.httpAddr != "" {
+		if _, err := statuspage.ListenAddr(o.httpAddr); err != nil {
+			return nil, &usageError{err}
+		}
 	}
 	if err := o.claimOut(p.spec); err != nil {
 		return nil, err
@@ -265,17 +271,17 @@ func runUp(ctx context.Context, e *env, o *upOptions) (err error) {
 	}
 	defer stopMetrics()
 	instruments.WatchReplicas(replicaMetrics(p.policies))
-	stopPage, err := o.startStatusPage(ctx, e, b)
-	if err != nil {
-		return err
-	}
-	defer stopPage()
-
 	pub, err := coordinator.Publish(ctx, coordinator.RunConfig{Bus: b, RunID: o.runID, Instances: report.Instances,
 		Gold: report.Locations(), Samples: o.samples, Spec: p.spec})
 	if err != nil {
 		return err
 	}
+	// The page follows the run, so it starts once the run exists.
+	stopPage, err := o.startStatusPage(ctx, e, b)
+	if err != nil {
+		return err
+	}
+	defer stopPage()
 	e.log.Info().Str("run", o.runID).Int("jobs", pub.Queued).Msg("jobs published")
 
 	repos := gitrepo.NewSet(o.reposDir)

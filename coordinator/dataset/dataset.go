@@ -130,7 +130,7 @@ func Read(ctx context.Context, r io.Reader, opts Options) (*Result, error) {
 		}
 		row := rawRow{line: line}
 		if err := json.Unmarshal(text, &row.fields); err != nil {
-			row.err = jsonRowError(err)
+			row.err = schema.DescribeJSONError(err)
 		} else if row.fields == nil {
 			row.err = errors.New("invalid JSON: want an object, got null")
 		}
@@ -140,27 +140,6 @@ func Read(ctx context.Context, r io.Reader, opts Options) (*Result, error) {
 		return nil, fmt.Errorf("read line %d: %w", line+1, err)
 	}
 	return validateAll(ctx, rows, opts)
-}
-
-// jsonRowError says in words why a line is not a JSON object, without the
-// decoder's internals.
-func jsonRowError(err error) error {
-	var syntax *json.SyntaxError
-	var typ *json.UnmarshalTypeError
-	switch {
-	case errors.As(err, &syntax):
-		return fmt.Errorf("invalid JSON at column %d", syntax.Offset)
-	case errors.As(err, &typ):
-		return fmt.Errorf("invalid JSON: want an object, got %s %s", article(typ.Value), typ.Value)
-	}
-	return errors.New("invalid JSON")
-}
-
-func article(word string) string {
-	if word != "" && strings.ContainsRune("aeiou", rune(word[0])) {
-		return "an"
-	}
-	return "a"
 }
 
 func validateAll(ctx context.Context, rows []rawRow, opts Options) (*Result, error) {
