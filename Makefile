@@ -72,6 +72,12 @@ bench-big: ## big repositories as a new user meets them: cold and second-snapsho
 	A2FARM_BENCH_BIG=1 A2FARM_REPOS=$(abspath $(REPOS)) A2FARM_BENCH_DATASET=$(if $(BENCH_DATASET),$(abspath $(BENCH_DATASET))) \
 	  $(GO) test ./cmd/a2farm -run '^$$' -bench Big -benchtime 1x -timeout 60m | tee $(RUN_DIR)/bench-big.txt
 
+.PHONY: bench-go
+bench-go: ## Go parsing side by side: tree-sitter-go (lang/golang) and go/parser over the .go files of GODIR, a checkout of a Go repository
+	@test -n "$(GODIR)" || { echo "bench-go: set GODIR to a checkout of a Go repository"; exit 2; }
+	@mkdir -p $(RUN_DIR)
+	A2FARM_BENCH_GODIR=$(abspath $(GODIR)) $(GO) test ./lang/golang -run '^$$' -bench ParseBeside -benchmem -count 3 | tee $(RUN_DIR)/bench-go.txt
+
 .PHONY: bench-outage
 bench-outage: ## policy outages against a two-worker farm: one of two stand-in replicas down 25 s, then both down 40 s (docs/RELIABILITY.md)
 	@mkdir -p $(RUN_DIR)

@@ -100,9 +100,12 @@ type Edge struct {
 type Graph struct {
 	Nodes []Node
 	Edges []Edge
-	index map[string]NodeID
-	out   [][]EdgeID // node -> edges leaving it, insertion order
-	in    [][]EdgeID
+	// Project holds, while the languages link, the contents of the files
+	// they asked for beside their sources (ProjectFiler), by path.
+	Project map[string][]byte
+	index   map[string]NodeID
+	out     [][]EdgeID // node -> edges leaving it, insertion order
+	in      [][]EdgeID
 }
 
 // NewGraph returns an empty graph.

@@ -62,6 +62,21 @@ type Language interface {
 	BodyElision() string
 }
 
+// ProjectFiler is a language whose links need files that are not its
+// sources — Go's go.mod files, which give a folder its import path. The
+// snapshot reader reads every file one reports, and Link finds them in
+// Graph.Project; they are not nodes of the graph.
+type ProjectFiler interface {
+	ReadsProjectFile(path string) bool
+}
+
+// GoldSkipper is a language some of whose source files never give gold
+// (Go's tests: _test.go files and testdata/). Python has none: its gold
+// keeps the reference generator's, which reads every edited .py file.
+type GoldSkipper interface {
+	SkipsGold(path string) bool
+}
+
 // Entity is what a changed line edits: a method ("C.m"), a function ("f")
 // or a class ("C", with Class set). The gold module of an entity is the
 // first dotted segment of its name.

@@ -1,6 +1,7 @@
 package lang
 
 import (
+	"bytes"
 	"fmt"
 	"slices"
 )
@@ -184,6 +185,19 @@ type File struct {
 	// print or exec statements, or a str literal with a truncated \u, \U
 	// or \N escape).
 	LegacySyntax bool `json:"legacy_syntax,omitempty"`
+}
+
+// CountLines counts the lines of a source file, a last line without a
+// newline included.
+func CountLines(src []byte) int {
+	if len(src) == 0 {
+		return 0
+	}
+	n := bytes.Count(src, []byte{'\n'})
+	if src[len(src)-1] != '\n' {
+		n++
+	}
+	return n
 }
 
 // ImportsBreadthFirst returns the imports by depth, then source order (the

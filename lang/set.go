@@ -52,6 +52,17 @@ func (s *Set) Source(path string) Language {
 	return nil
 }
 
+// ReadsProjectFile reports whether a language of the set needs the file
+// beside its sources (ProjectFiler).
+func (s *Set) ReadsProjectFile(path string) bool {
+	for _, l := range s.Languages() {
+		if pf, ok := l.(ProjectFiler); ok && pf.ReadsProjectFile(path) {
+			return true
+		}
+	}
+	return false
+}
+
 // HasExtension reports whether path ends in a source extension of the set.
 func (s *Set) HasExtension(path string) bool { return s.Source(path) != nil }
 

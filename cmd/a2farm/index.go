@@ -136,7 +136,7 @@ one {"src","dst","type"} line per edge. Parallel edges are kept.`,
 				return err
 			}
 			parse := time.Since(start)
-			g := codegraph.BuildGraph(e.languages, src.Files, parsed)
+			g := codegraph.BuildGraph(e.languages, src, parsed)
 			build := time.Since(start) - parse
 			e.log.Info().Int("files", len(src.Files)).Int("skipped", len(src.Skipped)).
 				Int("nodes", len(g.Nodes)).Int("edges", len(g.Edges)).

@@ -2,6 +2,7 @@ package main
 
 import (
 	"github.com/a2farm/a2farm/lang"
+	"github.com/a2farm/a2farm/lang/golang"
 	"github.com/a2farm/a2farm/lang/python"
 )
 
@@ -11,5 +12,6 @@ import (
 func languages() *lang.Set {
 	return lang.NewSet(
 		python.Language{},
+		golang.Language{},
 	)
 }

@@ -68,8 +68,19 @@ the last hour, until interrupted. It is read-only and binds to loopback when ADD
 				}
 				return serve(ctx)
 			}
+			// A one-shot report waits out a passing fault (a cluster
+			// electing a leader after a node restarts) for a while.
+			oneShotUntil := time.Now().Add(oneShotPatience)
 			for {
 				st, err := coordinator.Status(ctx, b, runID, time.Now())
+				if err != nil && watch == 0 && !bus.Permanent(err) && ctx.Err() == nil && time.Now().Before(oneShotUntil) {
+					e.log.Debug().Err(err).Msg("no status from the farm yet; asking again")
+					select {
+					case <-ctx.Done():
+					case <-time.After(500 * time.Millisecond):
+					}
+					continue
+				}
 				switch {
 				case err != nil && (watch == 0 || bus.Permanent(err) || ctx.Err() != nil):
 					return err
@@ -109,6 +120,10 @@ the last hour, until interrupted. It is read-only and binds to loopback when ADD
 	cmd.Flags().StringVar(&until, "until", "", "with --run: report until every job has a trajectory (answered) or every group its shard (sharded), then exit 0")
 	return cmd
 }
+
+// oneShotPatience is how long a single status report asks again through
+// transient errors before it fails.
+const oneShotPatience = 15 * time.Second
 
 // statusPage binds the live page's address at once (a bad or busy one
 // fails before anything starts) and returns the function that serves the

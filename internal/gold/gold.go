@@ -105,7 +105,7 @@ func (e *Extractor) Extract(inst schema.Instance, src FileReader) (Result, error
 	var sources []diff.FilePatch
 	seen := map[string]bool{}
 	for _, fp := range patches {
-		if p := fp.Path(); e.opts.Languages.HasExtension(p) && !seen[p] {
+		if p := fp.Path(); e.opts.Languages.HasExtension(p) && !seen[p] && !skipsGold(e.opts.Languages.Source(p), p) {
 			seen[p] = true
 			sources = append(sources, fp)
 		}
@@ -145,6 +145,12 @@ func (e *Extractor) Extract(inst schema.Instance, src FileReader) (Result, error
 	}
 	res.Gold.FileChanges = changes
 	return res, nil
+}
+
+// skipsGold reports whether the file's language keeps it out of gold.
+func skipsGold(l lang.Language, path string) bool {
+	gs, ok := l.(lang.GoldSkipper)
+	return ok && gs.SkipsGold(path)
 }
 
 // fileChange maps the hunks of one file patch to entities. A non-empty

@@ -9,6 +9,8 @@ import (
 
 	ts "github.com/tree-sitter/go-tree-sitter"
 	tspython "github.com/tree-sitter/tree-sitter-python/bindings/go"
+
+	"github.com/a2farm/a2farm/lang"
 )
 
 // structureQuery finds every node the extractor cares about in one pass of
@@ -185,7 +187,7 @@ func (p *Parser) parse(path string, src []byte) (*File, error) {
 		src: src,
 		file: &File{
 			Path:      path,
-			Lines:     countLines(src),
+			Lines:     lang.CountLines(src),
 			HasErrors: root.HasError(),
 		},
 	}
@@ -688,15 +690,4 @@ func (st *parseState) targets(n *ts.Node, out []string) []string {
 		return out
 	}
 	return append(out, strings.TrimLeft(st.text(n), "*"))
-}
-
-func countLines(src []byte) int {
-	if len(src) == 0 {
-		return 0
-	}
-	n := strings.Count(string(src), "\n")
-	if src[len(src)-1] != '\n' {
-		n++
-	}
-	return n
 }

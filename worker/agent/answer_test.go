@@ -37,7 +37,7 @@ var sampleGraph = sync.OnceValues(func() (*codegraph.Graph, error) {
 	if err != nil {
 		return nil, err
 	}
-	return codegraph.BuildGraph(lang.NewSet(python.Language{}), src.Files, parsed), nil
+	return codegraph.BuildGraph(lang.NewSet(python.Language{}), src, parsed), nil
 })
 
 func TestParseAnswer(t *testing.T) {

@@ -41,7 +41,7 @@ func BenchmarkGraphBuild(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		g := BuildGraph(lang.NewSet(python.Language{}), src.Files, parsed)
+		g := BuildGraph(lang.NewSet(python.Language{}), src, parsed)
 		nodes, edges = len(g.Nodes), len(g.Edges)
 	}
 	b.ReportMetric(float64(nodes), "nodes")
@@ -60,6 +60,6 @@ func BenchmarkGraphFromGit(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		BuildGraph(lang.NewSet(python.Language{}), src.Files, parsed)
+		BuildGraph(lang.NewSet(python.Language{}), src, parsed)
 	}
 }

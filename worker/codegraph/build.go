@@ -65,9 +65,10 @@ func parseArriving(ctx context.Context, g *errgroup.Group, langs *lang.Set, file
 	}
 }
 
-// BuildGraph builds the code graph of reference §B.1 from parsed files
-// (parsed[i] belongs to files[i]; files sorted by path), each file by the
-// language that reads it.
+// BuildGraph builds the code graph of reference §B.1 from a snapshot's
+// parsed files (parsed[i] belongs to src.Files[i]; files sorted by path),
+// each file by the language that reads it; the languages link with the
+// snapshot's project files at hand (Graph.Project, cleared after).
 //
 // Nodes: "/" and every directory holding source files (recursively), every
 // source file, and the definitions each file's language lists (ids
@@ -77,19 +78,21 @@ func parseArriving(ctx context.Context, g *errgroup.Group, langs *lang.Set, file
 // definition -> nested ones. Then each language, in the set's order,
 // links its own files: imports, invokes and inherits edges (lang.Language
 // Link).
-func BuildGraph(langs *lang.Set, files []SourceFile, parsedFiles []*lang.File) *Graph {
+func BuildGraph(langs *lang.Set, src *Snapshot, parsedFiles []*lang.File) *Graph {
 	b := &builder{
-		g:      newGraph(langs, files),
+		g:      newGraph(langs, src.Files),
 		parsed: parsedFiles,
 		units:  map[lang.Language][]lang.Unit{},
 	}
 	b.g.parsed = parsedFiles
 	b.addStructure()
+	b.g.Project = src.Project
 	for _, l := range langs.Languages() {
 		if units := b.units[l]; len(units) > 0 {
 			l.Link(&b.g.Graph, units)
 		}
 	}
+	b.g.Project = nil
 	return b.g
 }
 

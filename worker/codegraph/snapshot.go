@@ -32,6 +32,9 @@ type Snapshot struct {
 	Files []SourceFile
 	// Skipped lists files left out because they are not valid UTF-8.
 	Skipped []string
+	// Project holds the files a language links with that are not sources
+	// (lang.ProjectFiler: Go's go.mod), by path.
+	Project map[string][]byte
 	// ReadTime is how long reading the sources from git objects took.
 	ReadTime time.Duration
 }
@@ -51,7 +54,7 @@ type BlobReader interface {
 // LoadSnapshot reads the sources of snap that the languages read. Symlinks are
 // never followed; files that are not valid UTF-8 are skipped and listed.
 func LoadSnapshot(ctx context.Context, langs *lang.Set, repo string, snap *gitrepo.Snapshot) (*Snapshot, error) {
-	entries, err := snap.Files(func(p string) bool { return IsSourcePath(langs, p) })
+	entries, project, err := snapshotEntries(langs, snap)
 	if err != nil {
 		return nil, err
 	}
@@ -59,6 +62,9 @@ func LoadSnapshot(ctx context.Context, langs *lang.Set, repo string, snap *gitre
 	s := &Snapshot{Repo: repo, Commit: snap.Commit()}
 	defer func() { s.ReadTime = time.Since(start) }()
 	blobs := snap.Repo()
+	if s.Project, err = readProject(blobs, project); err != nil {
+		return nil, err
+	}
 	for _, e := range entries {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -76,6 +82,39 @@ func LoadSnapshot(ctx context.Context, langs *lang.Set, repo string, snap *gitre
 	return s, nil
 }
 
+// snapshotEntries lists the snapshot's sources and, apart, the project
+// files its languages link with, in one walk of its tree.
+func snapshotEntries(langs *lang.Set, snap *gitrepo.Snapshot) (sources, project []gitrepo.Entry, err error) {
+	all, err := snap.Files(func(p string) bool { return IsSourcePath(langs, p) || langs.ReadsProjectFile(p) })
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, e := range all {
+		if IsSourcePath(langs, e.Path) {
+			sources = append(sources, e)
+		} else {
+			project = append(project, e)
+		}
+	}
+	return sources, project, nil
+}
+
+// readProject reads the project files (nil when there are none).
+func readProject(blobs BlobReader, entries []gitrepo.Entry) (map[string][]byte, error) {
+	if len(entries) == 0 {
+		return nil, nil
+	}
+	out := make(map[string][]byte, len(entries))
+	for _, e := range entries {
+		data, err := blobs.ReadBlob(e.Blob)
+		if err != nil {
+			return nil, fmt.Errorf("read %s: %w", e.Path, err)
+		}
+		out[e.Path] = data
+	}
+	return out, nil
+}
+
 // readSource reads one file; ok is false when it is not valid UTF-8.
 func readSource(blobs BlobReader, e gitrepo.Entry) (f SourceFile, ok bool, err error) {
 	data, err := blobs.ReadBlob(e.Blob)
@@ -90,7 +129,11 @@ func readSource(blobs BlobReader, e gitrepo.Entry) (f SourceFile, ok bool, err e
 // serialises reads, so one goroutine reads while a parser per CPU works
 // through what has arrived. parsed[i] belongs to the snapshot's Files[i].
 func ParseSnapshot(ctx context.Context, langs *lang.Set, repo string, snap *gitrepo.Snapshot) (*Snapshot, []*lang.File, error) {
-	entries, err := snap.Files(func(p string) bool { return IsSourcePath(langs, p) })
+	entries, projectEntries, err := snapshotEntries(langs, snap)
+	if err != nil {
+		return nil, nil, err
+	}
+	project, err := readProject(snap.Repo(), projectEntries)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -130,7 +173,7 @@ func ParseSnapshot(ctx context.Context, langs *lang.Set, repo string, snap *gitr
 	if err := g.Wait(); err != nil {
 		return nil, nil, err
 	}
-	s := &Snapshot{Repo: repo, Commit: snap.Commit(), ReadTime: readTime}
+	s := &Snapshot{Repo: repo, Commit: snap.Commit(), ReadTime: readTime, Project: project}
 	out := parsed[:0]
 	for i, f := range files {
 		if !valid[i] {

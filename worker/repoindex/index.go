@@ -250,7 +250,7 @@ func (c *Cache) prepare(ctx context.Context, snap *gitrepo.Snapshot, repo string
 		idx.blobs = append(idx.blobs, parsedBlob{readerKey(opts.Languages, f.Path), f.Blob})
 	}
 	start = time.Now()
-	idx.Graph = codegraph.BuildGraph(opts.Languages, src.Files, parsed)
+	idx.Graph = codegraph.BuildGraph(opts.Languages, src, parsed)
 	idx.timed("graph", start)
 	return idx, src, parsed, nil
 }

@@ -32,7 +32,7 @@ func Build(t testing.TB, l *lang.Set, files map[string]string) *codegraph.Graph 
 	if err != nil {
 		t.Fatal(err)
 	}
-	return codegraph.BuildGraph(l, src.Files, parsed)
+	return codegraph.BuildGraph(l, src, parsed)
 }
 
 // Snapshot reads the sources of a commit of the repository at dir.
