@@ -122,16 +122,23 @@ func printReport(e *env, rep *metrics.Report) {
 	}
 	tw.Flush()
 	printTrajectoryStats(e, rep)
-	if len(rep.PerRepo) < 2 {
+	printBreakdown(e, "repository", "repo", rep.Repos(), rep.PerRepo)
+	printBreakdown(e, "language", "language", rep.Languages(), rep.PerLanguage)
+}
+
+// printBreakdown prints recall@k / f1@k per level for each key, when
+// there are at least two.
+func printBreakdown(e *env, title, column string, keys []string, scores map[string]map[string]float64) {
+	if len(keys) < 2 {
 		return
 	}
-	fmt.Fprintln(e.stdout, "\nper repository (recall@k / f1@k)")
-	tw = tabwriter.NewWriter(e.stdout, 2, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "repo\tfile\tmodule\tfunction\t")
-	for _, repo := range rep.Repos() {
-		fmt.Fprintf(tw, "%s\t", repo)
+	fmt.Fprintf(e.stdout, "\nper %s (recall@k / f1@k)\n", title)
+	tw := tabwriter.NewWriter(e.stdout, 2, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "%s\tfile\tmodule\tfunction\t\n", column)
+	for _, key := range keys {
+		fmt.Fprintf(tw, "%s\t", key)
 		for _, l := range metrics.Levels {
-			r := rep.PerRepo[repo]
+			r := scores[key]
 			if _, ok := r[l.String()+".recall@k"]; !ok {
 				fmt.Fprint(tw, "-\t")
 				continue

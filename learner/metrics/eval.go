@@ -15,6 +15,9 @@ import (
 type Report struct {
 	Overall map[string]float64
 	PerRepo map[string]map[string]float64
+	// PerLanguage breaks the scores down by the language of each
+	// instance's gold files (the first file's language).
+	PerLanguage map[string]map[string]float64
 	// Instances is the number of gold instances scored; Samples the
 	// number of samples per instance averaged over.
 	Instances int
@@ -75,6 +78,7 @@ func Evaluate(preds []schema.LocOutput, golds []schema.Gold, opts EvalOptions) (
 	newAcc := func() *acc { return &acc{map[string]float64{}, map[string]int{}} }
 	overall := newAcc()
 	perRepo := map[string]*acc{}
+	perLang := map[string]*acc{}
 	rep := &Report{Samples: len(samples)}
 	for _, g := range golds {
 		if g.FileChanges == nil || (opts.OnlyPredicted && !predicted[g.InstanceID]) {
@@ -85,6 +89,10 @@ func Evaluate(preds []schema.LocOutput, golds []schema.Gold, opts EvalOptions) (
 		goldBy := [3][]string{loc.Files, loc.Modules, loc.Entities}
 		if perRepo[g.Repo] == nil {
 			perRepo[g.Repo] = newAcc()
+		}
+		language := goldLanguage(g, opts.Languages)
+		if perLang[language] == nil {
+			perLang[language] = newAcc()
 		}
 		for _, s := range samples {
 			p, ok := bySample[s][g.InstanceID]
@@ -98,7 +106,7 @@ func Evaluate(preds []schema.LocOutput, golds []schema.Gold, opts EvalOptions) (
 					continue
 				}
 				scores := Score(predBy[level], gold, level)
-				for _, a := range []*acc{overall, perRepo[g.Repo]} {
+				for _, a := range []*acc{overall, perRepo[g.Repo], perLang[language]} {
 					for k, v := range scores {
 						key := level.String() + "." + k
 						a.sum[key] += v
@@ -120,7 +128,22 @@ func Evaluate(preds []schema.LocOutput, golds []schema.Gold, opts EvalOptions) (
 	for repo, a := range perRepo {
 		rep.PerRepo[repo] = mean(a)
 	}
+	rep.PerLanguage = map[string]map[string]float64{}
+	for language, a := range perLang {
+		rep.PerLanguage[language] = mean(a)
+	}
 	return rep, nil
+}
+
+// goldLanguage names the language of an instance by its first gold file
+// ("other" when no language reads it).
+func goldLanguage(g schema.Gold, langs *lang.Set) string {
+	for _, fc := range g.FileChanges {
+		if l := langs.Source(fc.File); l != nil {
+			return l.Name()
+		}
+	}
+	return "other"
 }
 
 // Score computes every per-level metric of one prediction list.
@@ -138,10 +161,15 @@ func Score(pred, gold []string, level Level) map[string]float64 {
 }
 
 // Repos returns the report's repositories, sorted.
-func (r *Report) Repos() []string {
-	out := make([]string, 0, len(r.PerRepo))
-	for repo := range r.PerRepo {
-		out = append(out, repo)
+func (r *Report) Repos() []string { return sortedKeys(r.PerRepo) }
+
+// Languages lists the languages scored, sorted.
+func (r *Report) Languages() []string { return sortedKeys(r.PerLanguage) }
+
+func sortedKeys(m map[string]map[string]float64) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
 	}
 	sort.Strings(out)
 	return out

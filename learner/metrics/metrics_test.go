@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/a2farm/a2farm/lang"
+	"github.com/a2farm/a2farm/lang/golang"
 	"github.com/a2farm/a2farm/lang/python"
 
 	"github.com/a2farm/a2farm/schema"
@@ -196,5 +197,34 @@ func TestTrajectoryStats(t *testing.T) {
 		if !near(st[k], v) {
 			t.Errorf("%s = %v, want %v", k, st[k], v)
 		}
+	}
+}
+
+// TestEvaluateBreaksDownByLanguage: an instance counts for the language
+// of its gold files; each language's scores are its instances' alone.
+func TestEvaluateBreaksDownByLanguage(t *testing.T) {
+	golds := []schema.Gold{
+		{InstanceID: "py-1", Repo: "o/r", FileChanges: []schema.FileChange{{File: "a.py"}}},
+		{InstanceID: "go-1", Repo: "o/r", FileChanges: []schema.FileChange{{File: "cmd/main.go"}}},
+		{InstanceID: "go-2", Repo: "p/q", FileChanges: []schema.FileChange{{File: "x.go"}, {File: "y.py"}}},
+	}
+	preds := []schema.LocOutput{
+		{InstanceID: "py-1", Files: []string{"a.py"}},
+		{InstanceID: "go-1", Files: []string{"other.go"}},
+		{InstanceID: "go-2", Files: []string{"x.go"}},
+	}
+	rep, err := Evaluate(preds, golds, EvalOptions{Languages: lang.NewSet(python.Language{}, golang.Language{})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := rep.Languages(); len(got) != 2 || got[0] != "go" || got[1] != "python" {
+		t.Fatalf("languages %v, want [go python]", got)
+	}
+	// go: go-1 misses (0), go-2 finds one of two files (0.5).
+	if got := rep.PerLanguage["go"]["file.recall@k"]; !near(got, 0.25) {
+		t.Errorf("go file.recall@k = %v, want 0.25", got)
+	}
+	if got := rep.PerLanguage["python"]["file.recall@k"]; !near(got, 1) {
+		t.Errorf("python file.recall@k = %v, want 1", got)
 	}
 }
