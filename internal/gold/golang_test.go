@@ -3,11 +3,9 @@ package gold
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"strings"
 	"testing"
 
-	"github.com/a2farm/a2farm/internal/gitrepo"
 	"github.com/a2farm/a2farm/internal/golden"
 	"github.com/a2farm/a2farm/lang"
 	"github.com/a2farm/a2farm/lang/golang"
@@ -104,12 +102,7 @@ func TestGoGoldGolden(t *testing.T) {
 	var out bytes.Buffer
 	enc := json.NewEncoder(&out)
 	enc.SetEscapeHTML(false)
-	ex, err := NewExtractor(Options{Languages: lang.NewSet(python.Language{}, golang.Language{})},
-		func(err error) bool { return errors.Is(err, gitrepo.ErrNotFound) })
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ex.Close()
+	ex := newExtractor(t, Options{Languages: lang.NewSet(python.Language{}, golang.Language{})})
 	for _, c := range cases {
 		inst, src := fixture(t, c.base, c.fix)
 		res, err := ex.Extract(inst, src)

@@ -18,9 +18,13 @@ import (
 	"github.com/a2farm/a2farm/schema"
 )
 
+// newExtractor returns an extractor closed with the test; Python alone
+// unless opts names the languages.
 func newExtractor(t *testing.T, opts Options) *Extractor {
 	t.Helper()
-	opts.Languages = lang.NewSet(python.Language{})
+	if opts.Languages == nil {
+		opts.Languages = lang.NewSet(python.Language{})
+	}
 	ex, err := NewExtractor(opts, func(err error) bool { return errors.Is(err, gitrepo.ErrNotFound) })
 	if err != nil {
 		t.Fatal(err)
