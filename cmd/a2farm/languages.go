@@ -4,6 +4,7 @@ import (
 	"github.com/a2farm/a2farm/lang"
 	"github.com/a2farm/a2farm/lang/golang"
 	"github.com/a2farm/a2farm/lang/python"
+	"github.com/a2farm/a2farm/lang/typescript"
 )
 
 // languages is the registry: every language a2farm reads, in the order
@@ -13,5 +14,6 @@ func languages() *lang.Set {
 	return lang.NewSet(
 		python.Language{},
 		golang.Language{},
+		typescript.Language{},
 	)
 }
