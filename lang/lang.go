@@ -10,6 +10,8 @@
 // the language that reads it; a repository may mix languages.
 package lang
 
+import "strings"
+
 // Parser parses source files of one language. A Parser is not safe for
 // concurrent use; give each goroutine its own.
 type Parser interface {
@@ -104,3 +106,47 @@ func (NoGold) EntityAt(int, string) (Entity, bool) { return Entity{}, false }
 
 // Has finds nothing.
 func (NoGold) Has(Entity) bool { return false }
+
+// SpanGold is a gold rule of definitions by their line spans, for
+// languages whose definitions nest simply (Go, TypeScript): a changed line
+// names the first added span that holds it — add a class's methods before
+// the class — and a comment line, or a line outside every span, gives the
+// file only.
+type SpanGold struct {
+	spans     []entitySpan
+	names     map[string]bool
+	isComment func(line string) bool
+}
+
+type entitySpan struct {
+	entity Entity
+	span   Span
+}
+
+// NewSpanGold returns an empty rule; isComment is the language's
+// IsComment.
+func NewSpanGold(isComment func(line string) bool) *SpanGold {
+	return &SpanGold{names: map[string]bool{}, isComment: isComment}
+}
+
+// Add makes lines in span name e.
+func (g *SpanGold) Add(e Entity, span Span) {
+	g.spans = append(g.spans, entitySpan{e, span})
+	g.names[e.Name] = true
+}
+
+// EntityAt names the first span that holds the line.
+func (g *SpanGold) EntityAt(line int, text string) (Entity, bool) {
+	if g.isComment(strings.TrimSpace(text)) {
+		return Entity{}, false
+	}
+	for _, s := range g.spans {
+		if s.span.Contains(line) {
+			return s.entity, true
+		}
+	}
+	return Entity{}, false
+}
+
+// Has reports whether this version of the file defines the entity.
+func (g *SpanGold) Has(e Entity) bool { return g.names[e.Name] }

@@ -68,11 +68,7 @@ func init() { registry["b"] = 2 }
 // second init, a new file, tests and testdata left out, and a patch that
 // edits a Python file beside a Go one.
 func TestGoGoldGolden(t *testing.T) {
-	cases := []struct {
-		name string
-		base map[string]string
-		fix  map[string]string
-	}{
+	cases := []goldCase{
 		{"a method body", map[string]string{"store/store.go": storeGo},
 			map[string]string{"store/store.go": strings.Replace(storeGo, "sum += it.Price", "sum += it.Price * 2", 1)}},
 		{"a pointer-receiver method", map[string]string{"store/store.go": storeGo},
@@ -99,10 +95,22 @@ func TestGoGoldGolden(t *testing.T) {
 			map[string]string{"store/store.go": strings.Replace(storeGo, "return clean(it.Name)", "return clean(it.Name) + \"!\"", 1),
 				"tools/gen.py": "def gen():\n    return 2\n"}},
 	}
+	checkGoldCases(t, newExtractor(t, Options{Languages: lang.NewSet(python.Language{}, golang.Language{})}), cases, "go_gold.golden.jsonl")
+}
+
+// goldCase is a repository before and after a fix.
+type goldCase struct {
+	name      string
+	base, fix map[string]string
+}
+
+// checkGoldCases extracts the gold of each case's fix and compares the
+// rows, one a case, with a golden file.
+func checkGoldCases(t *testing.T, ex *Extractor, cases []goldCase, goldenName string) {
+	t.Helper()
 	var out bytes.Buffer
 	enc := json.NewEncoder(&out)
 	enc.SetEscapeHTML(false)
-	ex := newExtractor(t, Options{Languages: lang.NewSet(python.Language{}, golang.Language{})})
 	for _, c := range cases {
 		inst, src := fixture(t, c.base, c.fix)
 		res, err := ex.Extract(inst, src)
@@ -116,5 +124,5 @@ func TestGoGoldGolden(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	golden.Check(t, "go_gold.golden.jsonl", out.Bytes())
+	golden.Check(t, goldenName, out.Bytes())
 }

@@ -1,12 +1,9 @@
 package gold
 
 import (
-	"bytes"
-	"encoding/json"
 	"strings"
 	"testing"
 
-	"github.com/a2farm/a2farm/internal/golden"
 	"github.com/a2farm/a2farm/lang"
 	"github.com/a2farm/a2farm/lang/typescript"
 )
@@ -51,11 +48,7 @@ export enum Mode { Fast, Slow }
 // enum, an import, comment lines, an added method and class, a new
 // JavaScript file, and test files left out.
 func TestTypeScriptGoldGolden(t *testing.T) {
-	cases := []struct {
-		name string
-		base map[string]string
-		fix  map[string]string
-	}{
+	cases := []goldCase{
 		{"a method", map[string]string{"src/cart.ts": cartTS}, map[string]string{"src/cart.ts": strings.Replace(cartTS, "this.lines.push({ item, qty });", "this.lines.push({ item, qty: Math.max(qty, 1) });", 1)}},
 		{"a getter", map[string]string{"src/cart.ts": cartTS}, map[string]string{"src/cart.ts": strings.Replace(cartTS, "return this.lines.length;", "return this.lines.reduce((n, l) => n + l.qty, 0);", 1)}},
 		{"a function-valued property", map[string]string{"src/cart.ts": cartTS}, map[string]string{"src/cart.ts": strings.Replace(cartTS, `console.log("changed");`, `console.info("changed");`, 1)}},
@@ -70,22 +63,5 @@ func TestTypeScriptGoldGolden(t *testing.T) {
 		{"test files are never gold", map[string]string{"src/cart.ts": cartTS, "src/cart.test.ts": "test(\"x\", () => {});\n", "__tests__/a.js": "x();\n"},
 			map[string]string{"src/cart.ts": strings.Replace(cartTS, "c.size + sum(0, 0)", "c.size + sum(0, 1)", 1), "src/cart.test.ts": "test(\"y\", () => {});\n", "__tests__/a.js": "y();\n"}},
 	}
-	var out bytes.Buffer
-	enc := json.NewEncoder(&out)
-	enc.SetEscapeHTML(false)
-	ex := newExtractor(t, Options{Languages: lang.NewSet(typescript.Language{})})
-	for _, c := range cases {
-		inst, src := fixture(t, c.base, c.fix)
-		res, err := ex.Extract(inst, src)
-		if err != nil {
-			t.Fatalf("%s: %v", c.name, err)
-		}
-		if res.NullReason != "" {
-			t.Fatalf("%s: null gold: %s", c.name, res.NullReason)
-		}
-		if err := enc.Encode(map[string]any{"case": c.name, "file_changes": res.Gold.FileChanges}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	golden.Check(t, "typescript_gold.golden.jsonl", out.Bytes())
+	checkGoldCases(t, newExtractor(t, Options{Languages: lang.NewSet(typescript.Language{})}), cases, "typescript_gold.golden.jsonl")
 }

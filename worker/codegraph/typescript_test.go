@@ -78,10 +78,7 @@ func TestTypeScriptGraph(t *testing.T) {
 			t.Errorf("node %s exists; want it absent", id)
 		}
 	}
-	edges := map[string]bool{}
-	for _, e := range g.Edges {
-		edges[g.Node(e.Src).ID+" "+e.Type.String()+" "+g.Node(e.Dst).ID] = true
-	}
+	edges := edgeSet(g)
 	for _, want := range []string{
 		"src/shapes/circle.ts contains src/shapes/circle.ts:Circle",
 		"src/shapes/circle.ts:Circle contains src/shapes/circle.ts:Circle.radius",
