@@ -46,6 +46,8 @@ test: ## vet, the gofmt check and the whole test suite under the race detector (
 	  if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || command -v google-chrome >/dev/null || \
 	  echo "note: no headless browser found: the page tests will skip (apt-get install chromium runs them)"
+	@command -v node >/dev/null && command -v npm >/dev/null || \
+	  echo "note: no node and npm: the TypeScript compiler parity test will skip"
 	$(GO) test -race -count=1 ./...
 
 .PHONY: lint

@@ -94,8 +94,18 @@ func (p *parser) Parse(file string, src []byte) (*lang.File, error) {
 	root := tree.RootNode()
 	f := &lang.File{Path: file, Lines: lang.CountLines(src), HasErrors: root.HasError()}
 	r := reader{src: src}
+	// Overload signatures right before a function's implementation belong
+	// to its span; a signature without one (declare function) is no
+	// definition.
+	var overloads struct {
+		name  string
+		first *ts.Node
+	}
 	for i := range root.NamedChildCount() {
 		n := root.NamedChild(i)
+		// A declaration's span starts at its export keyword or the
+		// first decorator before it, as the TypeScript compiler's does.
+		outer := n
 		if n.Kind() == "export_statement" {
 			if src := n.ChildByFieldName("source"); src != nil {
 				f.Imports = append(f.Imports, lang.Import{Span: span(n), From: true, Module: r.stringValue(src), Depth: 1, Direct: true})
@@ -107,13 +117,32 @@ func (p *parser) Parse(file string, src []byte) (*lang.File, error) {
 				n = v // export default class X {}
 			}
 		}
+		if n.Kind() == "comment" {
+			continue // between overloads and their implementation too
+		}
+		if n.Kind() == "ambient_declaration" && n.NamedChildCount() > 0 {
+			n = n.NamedChild(0) // declare class C {}: a class declaration too
+		}
+		if n.Kind() == "function_signature" {
+			if name := r.text(n.ChildByFieldName("name")); name != overloads.name || overloads.first == nil {
+				overloads.name, overloads.first = name, outer
+			}
+			continue
+		}
+		pending := overloads
+		overloads.name, overloads.first = "", nil
 		switch n.Kind() {
 		case "class_declaration", "abstract_class_declaration", "class":
 			if d := r.class(n); d != nil {
+				startAt(d, outer)
 				f.Defs = append(f.Defs, d)
 			}
 		case "function_declaration", "generator_function_declaration":
 			if d := r.function(n, r.text(n.ChildByFieldName("name")), ""); d != nil {
+				startAt(d, outer)
+				if pending.first != nil && pending.name == d.Name {
+					startAt(d, pending.first)
+				}
 				f.Defs = append(f.Defs, d)
 			}
 		case "lexical_declaration", "variable_declaration":
@@ -149,6 +178,12 @@ func (p *parser) Parse(file string, src []byte) (*lang.File, error) {
 		f.Imports = append(f.Imports, lang.Import{Span: span(fn.Parent()), Module: r.text(spec), Depth: 2})
 	}
 	return f, nil
+}
+
+// startAt makes a definition start where node n does.
+func startAt(d *lang.Def, n *ts.Node) {
+	d.Span.Start = int(n.StartPosition().Row) + 1
+	d.StartByte = uint32(n.StartByte())
 }
 
 type reader struct{ src []byte }
@@ -235,8 +270,17 @@ func (r reader) class(n *ts.Node) *lang.Def {
 		return d
 	}
 	seen := map[string]bool{}
+	var decorated *ts.Node // the first decorator before the member
 	for i := range body.NamedChildCount() {
 		m := body.NamedChild(i)
+		if m.Kind() == "decorator" {
+			if decorated == nil {
+				decorated = m
+			}
+			continue
+		}
+		first := decorated
+		decorated = nil
 		var name string
 		switch m.Kind() {
 		case "method_definition":
@@ -258,6 +302,9 @@ func (r reader) class(n *ts.Node) *lang.Def {
 		}
 		seen[name] = true
 		if md := r.function(m, name, d.Name); md != nil {
+			if first != nil {
+				startAt(md, first)
+			}
 			d.Children = append(d.Children, md)
 		}
 	}
