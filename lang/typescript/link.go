@@ -13,8 +13,12 @@ import (
 // itself, a .ts file for a .js one written, the extensions in turn, then
 // an index file) and inherits (a class → the class it extends, a
 // top-level class of its file or one it imports by name from a relative
-// module). Bare specifiers (packages) and tsconfig paths are not resolved.
+// module). A bare specifier is resolved through the nearest tsconfig.json
+// or jsconfig.json above the file (compilerOptions.paths, then baseUrl);
+// one that names a package is not a repository file. A config's
+// "extends" is not followed.
 func (Language) Link(g *lang.Graph, units []lang.Unit) {
+	configs := tsconfigs(g.Project)
 	for _, u := range units {
 		if !u.OK {
 			continue
@@ -28,7 +32,7 @@ func (Language) Link(g *lang.Graph, units []lang.Unit) {
 		}{}
 		linked := map[lang.NodeID]bool{}
 		for _, imp := range u.Parsed.Imports {
-			target, ok := resolve(g, dir, imp.Module)
+			target, ok := resolve(g, configs, dir, imp.Module)
 			if !ok {
 				continue
 			}
@@ -69,12 +73,28 @@ func (Language) Link(g *lang.Graph, units []lang.Unit) {
 	}
 }
 
-// resolve finds the file a relative specifier names.
-func resolve(g *lang.Graph, dir, spec string) (lang.NodeID, bool) {
-	if !strings.HasPrefix(spec, "./") && !strings.HasPrefix(spec, "../") && spec != "." && spec != ".." {
-		return 0, false // a package, or a tsconfig path
+// resolve finds the file a specifier names: a relative one from dir, a
+// bare one through the nearest config's paths and baseUrl.
+func resolve(g *lang.Graph, configs map[string]*tsconfig, dir, spec string) (lang.NodeID, bool) {
+	if strings.HasPrefix(spec, "./") || strings.HasPrefix(spec, "../") || spec == "." || spec == ".." {
+		return resolveFile(g, path.Clean(path.Join(dir, spec)))
 	}
-	base := path.Clean(path.Join(dir, spec))
+	c := nearest(configs, dir)
+	if c == nil {
+		return 0, false
+	}
+	for _, base := range c.candidates(spec) {
+		if n, ok := resolveFile(g, base); ok {
+			return n, true
+		}
+	}
+	return 0, false
+}
+
+// resolveFile finds the file a path without its extension names, as
+// TypeScript and Node do: the path itself, a .ts file for a .js one
+// written, each extension in turn, then an index file.
+func resolveFile(g *lang.Graph, base string) (lang.NodeID, bool) {
 	var candidates []string
 	candidates = append(candidates, base)
 	for written, sources := range map[string][]string{".js": {".ts", ".tsx"}, ".jsx": {".tsx"}, ".mjs": {".mts"}, ".cjs": {".cts"}} {

@@ -43,11 +43,27 @@ const plain = 3;
 	"src/shapes/index.ts": `export { default as Circle } from "./circle";
 export * from "./base";
 `,
-	"src/types.ts":                   "export interface Opts { fill: string }\nexport type ID = number;\nexport enum Color { Red }\n",
-	"src/app.tsx":                    "import { Circle } from \"./shapes\";\nimport { helper } from \"./util.js\";\nexport function App() { return <div>{helper()}</div>; }\n",
-	"src/util.ts":                    "export function helper() { return 1; }\n",
-	"lib/legacy.js":                  "const base = require(\"../src/util\");\nclass Old extends Array {}\nmodule.exports = function load() { return import(\"./lazy.mjs\"); };\nvar run = function () {};\n",
-	"lib/lazy.mjs":                   "export async function* lazy() {}\n",
+	"src/types.ts":  "export interface Opts { fill: string }\nexport type ID = number;\nexport enum Color { Red }\n",
+	"src/app.tsx":   "import { Circle } from \"./shapes\";\nimport { helper } from \"./util.js\";\nexport function App() { return <div>{helper()}</div>; }\n",
+	"src/util.ts":   "export function helper() { return 1; }\n",
+	"lib/legacy.js": "const base = require(\"../src/util\");\nclass Old extends Array {}\nmodule.exports = function load() { return import(\"./lazy.mjs\"); };\nvar run = function () {};\n",
+	"lib/lazy.mjs":  "export async function* lazy() {}\n",
+	// Bare specifiers through tsconfig paths and baseUrl (comments and
+	// trailing commas allowed); lib/ has a config of its own.
+	"tsconfig.json": `{
+  // the app's paths
+  "compilerOptions": {
+    "baseUrl": ".", /* specifiers without a pattern start here */
+    "paths": {
+      "@shapes/*": ["src/shapes/*"],
+      "@util": ["src/util.ts"],
+    },
+  },
+}
+`,
+	"src/main.ts":                    "import { unit } from \"@shapes/circle\";\nimport { helper } from \"@util\";\nimport type { ID } from \"src/types\";\nimport React from \"react\";\n",
+	"lib/jsconfig.json":              `{"compilerOptions": {"baseUrl": "..", "paths": {"~/*": ["src/*"]}}}`,
+	"lib/paths.js":                   "const u = require(\"~/util\");\n",
 	"src/shapes/circle.test.ts":      "import { unit } from \"./circle\";\ntest(\"unit\", () => unit());\n",
 	"src/types.d.ts":                 "declare const x: number;\n",
 	"dist/bundle.js":                 "function bundled() {}\n",
@@ -89,6 +105,10 @@ func TestTypeScriptGraph(t *testing.T) {
 		"src/app.tsx imports src/util.ts",                               // ".js" written for a .ts file
 		"lib/legacy.js imports src/util.ts",                             // require()
 		"lib/legacy.js imports lib/lazy.mjs",                            // import()
+		"src/main.ts imports src/shapes/circle.ts",                      // a paths pattern
+		"src/main.ts imports src/util.ts",                               // an exact paths entry
+		"src/main.ts imports src/types.ts",                              // baseUrl
+		"lib/paths.js imports src/util.ts",                              // the nearest config: lib/jsconfig.json
 		"src/shapes/circle.ts:Circle inherits src/shapes/base.ts:Shape", // through an alias
 		"src/shapes/circle.ts:Ring inherits src/shapes/base.ts:Named",
 		"src/shapes/base.ts:Named inherits src/shapes/base.ts:Shape", // in its own file
