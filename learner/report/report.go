@@ -41,13 +41,16 @@ type Options struct {
 
 // Report holds every number the page shows.
 type Report struct {
-	Title     string          `json:"title"`
-	Settings  Settings        `json:"settings"`
-	Series    []SeriesSummary `json:"series"`
-	Eval      []EvalRow       `json:"eval"`
-	PerRepo   []EvalRow       `json:"per_repo"`
-	Advantage Distribution    `json:"advantage"`
-	Weights   Distribution    `json:"weights"`
+	Title    string          `json:"title"`
+	Settings Settings        `json:"settings"`
+	Series   []SeriesSummary `json:"series"`
+	Eval     []EvalRow       `json:"eval"`
+	PerRepo  []EvalRow       `json:"per_repo"`
+	// PerLanguage breaks a series down by language when it has two or
+	// more (an instance counts for its first gold file's language).
+	PerLanguage []EvalRow    `json:"per_language,omitempty"`
+	Advantage   Distribution `json:"advantage"`
+	Weights     Distribution `json:"weights"`
 	// Coverage[k] is the share of steps whose depth-k history group has a
 	// sibling, k = 0 (episode level) .. H+1.
 	Coverage []float64 `json:"coverage"`
@@ -86,10 +89,11 @@ type SeriesSummary struct {
 
 // EvalRow is one level's metrics for a series (and a repository).
 type EvalRow struct {
-	Series  string             `json:"series"`
-	Repo    string             `json:"repo,omitempty"`
-	Level   string             `json:"level"`
-	Metrics map[string]float64 `json:"metrics"`
+	Series   string             `json:"series"`
+	Repo     string             `json:"repo,omitempty"`
+	Language string             `json:"language,omitempty"`
+	Level    string             `json:"level"`
+	Metrics  map[string]float64 `json:"metrics"`
 }
 
 // EvalMetrics are the columns of the evaluation tables.
@@ -318,6 +322,12 @@ func (r *Report) evaluate(s *series, l *lang.Set) error {
 		for _, repo := range rep.Repos() {
 			r.PerRepo = append(r.PerRepo, EvalRow{Series: s.summary.Label, Repo: repo, Level: level.String(),
 				Metrics: pick(rep.PerRepo[repo], level)})
+		}
+		if languages := rep.Languages(); len(languages) > 1 {
+			for _, language := range languages {
+				r.PerLanguage = append(r.PerLanguage, EvalRow{Series: s.summary.Label, Language: language, Level: level.String(),
+					Metrics: pick(rep.PerLanguage[language], level)})
+			}
 		}
 	}
 	stats := metrics.TrajectoryStats(s.trs, rows, l)

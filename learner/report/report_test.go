@@ -14,6 +14,7 @@ import (
 	"github.com/a2farm/a2farm/internal/browsertest"
 	"github.com/a2farm/a2farm/internal/golden"
 	"github.com/a2farm/a2farm/lang"
+	"github.com/a2farm/a2farm/lang/golang"
 	"github.com/a2farm/a2farm/lang/python"
 	"github.com/a2farm/a2farm/learner"
 	"github.com/a2farm/a2farm/schema"
@@ -309,5 +310,45 @@ func TestBuildWithBranchesAgreesWithTheLearner(t *testing.T) {
 	var page bytes.Buffer
 	if err := Render(&page, r, time.Now()); err != nil || !strings.Contains(page.String(), `id="branches"`) {
 		t.Errorf("the page lacks the branches table (%v)", err)
+	}
+}
+
+// TestPerLanguageRows: a series whose instances are in two languages gets
+// a row per language and level, each from its own instances; a series in
+// one language gets none (the fixture's golden report has no such rows).
+func TestPerLanguageRows(t *testing.T) {
+	srcs, opts := sources(t)
+	local := srcs[1]
+	opts.Languages = lang.NewSet(python.Language{}, golang.Language{})
+	gold := map[string]schema.Locations{}
+	var goInstance string
+	for id, loc := range opts.Gold {
+		gold[id] = loc
+		if goInstance == "" || id < goInstance {
+			goInstance = id
+		}
+	}
+	gold[goInstance] = schema.Locations{Files: []string{"cmd/tool/main.go"}} // no prediction names it
+	opts.Gold = gold
+	r, err := Build([]*Source{local}, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := map[string]float64{}
+	for _, row := range r.PerLanguage {
+		rows[row.Language+"/"+row.Level] = row.Metrics["recall@k"]
+	}
+	if _, ok := rows["python/file"]; !ok || len(rows) != 6 {
+		t.Fatalf("per-language rows %v; want go and python at three levels", rows)
+	}
+	if rows["go/file"] != 0 {
+		t.Errorf("go file recall@k = %v, want 0 (no prediction names a .go file)", rows["go/file"])
+	}
+	var page bytes.Buffer
+	if err := Render(&page, r, time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(page.Bytes(), []byte("<h3>Per language</h3>")) {
+		t.Error("the page has no per-language table")
 	}
 }
