@@ -3,7 +3,9 @@ package lang
 import (
 	"bytes"
 	"fmt"
+	"path"
 	"slices"
+	"strings"
 )
 
 // Span is a range of source lines, 1-based and inclusive at both ends.
@@ -185,6 +187,17 @@ type File struct {
 	// print or exec statements, or a str literal with a truncated \u, \U
 	// or \N escape).
 	LegacySyntax bool `json:"legacy_syntax,omitempty"`
+}
+
+// InFolder reports whether a folder on p's path (not p's own name) is
+// one of names: the folder rules of Reads and IsTest.
+func InFolder(p string, names ...string) bool {
+	for _, seg := range strings.Split(path.Dir(p), "/") {
+		if slices.Contains(names, seg) {
+			return true
+		}
+	}
+	return false
 }
 
 // CountLines counts the lines of a source file, a last line without a

@@ -12,7 +12,6 @@
 package golang
 
 import (
-	"path"
 	"strings"
 
 	"github.com/a2farm/a2farm/lang"
@@ -40,22 +39,12 @@ func (Language) Extensions() []string { return []string{".go"} }
 
 // Reads takes every .go file outside vendor/ and testdata/ folders.
 func (Language) Reads(p string) bool {
-	return strings.HasSuffix(p, ".go") && !underFolder(p, "vendor") && !underFolder(p, "testdata")
+	return strings.HasSuffix(p, ".go") && !lang.InFolder(p, "vendor", "testdata")
 }
 
 // IsTest reports _test.go files and anything under testdata/.
 func (Language) IsTest(p string) bool {
-	return strings.HasSuffix(p, "_test.go") || underFolder(p, "testdata")
-}
-
-// underFolder reports whether a folder of p's path is named name.
-func underFolder(p, name string) bool {
-	for _, seg := range strings.Split(path.Dir(p), "/") {
-		if seg == name {
-			return true
-		}
-	}
-	return false
+	return strings.HasSuffix(p, "_test.go") || lang.InFolder(p, "testdata")
 }
 
 // CanonicalID is the id itself: Go has no initializer to fold.

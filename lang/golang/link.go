@@ -14,7 +14,7 @@ import (
 // a folder's import path is its module's path joined with the folder's
 // place in the module.
 func (Language) ReadsProjectFile(p string) bool {
-	return path.Base(p) == "go.mod" && !underFolder(p, "vendor") && !underFolder(p, "testdata")
+	return path.Base(p) == "go.mod" && !lang.InFolder(p, "vendor", "testdata")
 }
 
 // module is one go.mod of the snapshot: its module path and its folder

@@ -50,10 +50,8 @@ func (Language) Reads(p string) bool {
 // IsTest is the reference search index's test exclusion: the globs
 // **/test/**, **/tests/**, **/test_*.py and **/*_test.py.
 func (Language) IsTest(p string) bool {
-	for _, dir := range strings.Split(path.Dir(p), "/") {
-		if dir == "test" || dir == "tests" {
-			return true
-		}
+	if lang.InFolder(p, "test", "tests") {
+		return true
 	}
 	base := path.Base(p)
 	return strings.HasPrefix(base, "test_") && strings.HasSuffix(base, ".py") || strings.HasSuffix(base, "_test.py")

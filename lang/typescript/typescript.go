@@ -13,6 +13,7 @@ package typescript
 
 import (
 	"path"
+	"slices"
 	"strings"
 
 	"github.com/a2farm/a2farm/lang"
@@ -44,36 +45,15 @@ func (Language) Extensions() []string { return append([]string(nil), extensions.
 // Reads takes the source files outside node_modules/, vendor/, dist/ and
 // build/, but no declaration file (.d.ts) and no minified script.
 func (Language) Reads(p string) bool {
-	if !hasExtension(p) || strings.HasSuffix(p, ".d.ts") || strings.HasSuffix(p, ".min.js") {
-		return false
-	}
-	for _, seg := range strings.Split(path.Dir(p), "/") {
-		switch seg {
-		case "node_modules", "vendor", "dist", "build":
-			return false
-		}
-	}
-	return true
-}
-
-func hasExtension(p string) bool {
-	ext := path.Ext(p)
-	for _, e := range extensions {
-		if ext == e {
-			return true
-		}
-	}
-	return false
+	return slices.Contains(extensions, path.Ext(p)) && !strings.HasSuffix(p, ".d.ts") && !strings.HasSuffix(p, ".min.js") &&
+		!lang.InFolder(p, "node_modules", "vendor", "dist", "build")
 }
 
 // IsTest reports files under test/, tests/, __tests__/ or spec/ folders
 // and *.test.* or *.spec.* files.
 func (Language) IsTest(p string) bool {
-	for _, seg := range strings.Split(path.Dir(p), "/") {
-		switch seg {
-		case "test", "tests", "__tests__", "spec":
-			return true
-		}
+	if lang.InFolder(p, "test", "tests", "__tests__", "spec") {
+		return true
 	}
 	base := path.Base(p)
 	return strings.Contains(base, ".test.") || strings.Contains(base, ".spec.")
