@@ -267,39 +267,28 @@ func (cfg *LocalizeConfig) runInstance(stop, ctx context.Context, inst schema.In
 		}
 	}
 	trs := slices.Clone(prior)
-	if len(jobs) > 0 {
-		idx, err := repoindex.Build(stop, cfg.Repos, inst.Repo, inst.BaseCommit, cfg.Index)
-		if err != nil {
-			if stop.Err() != nil {
-				return trs, nil
-			}
-			cfg.Log.Error().Err(err).Str("instance", inst.InstanceID).Msg("index build failed; recording infra_error trajectories")
-			for _, job := range jobs {
-				tr := job.InfraError(err.Error(), time.Now().UTC())
-				trs = append(trs, tr)
-				p.tick(tr)
-			}
-			return trs, nil
-		}
-		defer idx.Close()
-		played, err := cfg.playAll(stop, ctx, jobs, nil, idx, parallel, p.tick)
-		trs = append(trs, played...)
-		if err != nil {
-			return trs, err
-		}
-		if stop.Err() != nil {
-			return trs, nil
-		}
-		return cfg.branch(stop, ctx, inst, trs, idx, parallel, p)
-	}
-	if !cfg.Spec.Branching.On() {
-		return trs, nil
+	if len(jobs) == 0 && !cfg.Spec.Branching.On() {
+		return trs, nil // an earlier run finished this instance
 	}
 	idx, err := repoindex.Build(stop, cfg.Repos, inst.Repo, inst.BaseCommit, cfg.Index)
-	if err != nil {
-		return trs, nil // the base samples stand; branches need the index
+	switch {
+	case err != nil && (stop.Err() != nil || len(jobs) == 0):
+		return trs, nil // stopped, or only branches left, which need the index
+	case err != nil:
+		cfg.Log.Error().Err(err).Str("instance", inst.InstanceID).Msg("index build failed; recording infra_error trajectories")
+		for _, job := range jobs {
+			tr := job.InfraError(err.Error(), time.Now().UTC())
+			trs = append(trs, tr)
+			p.tick(tr)
+		}
+		return trs, nil
 	}
 	defer idx.Close()
+	played, err := cfg.playAll(stop, ctx, jobs, nil, idx, parallel, p.tick)
+	trs = append(trs, played...)
+	if err != nil || stop.Err() != nil {
+		return trs, err
+	}
 	return cfg.branch(stop, ctx, inst, trs, idx, parallel, p)
 }
 
