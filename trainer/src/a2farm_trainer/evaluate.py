@@ -1,0 +1,78 @@
+"""``--eval-only``: the weighted loss of shards under a model (and adapter),
+without training — for held-out shards, and so that the loss can be checked
+independently. Loss = Σ w·CE / labelled tokens, per file and overall, in the
+same terms as the training loss."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from . import dataset, packing
+from .model import WeightedLM, check_adapter_folder, load_base, load_tokenizer, to_device
+from .progress import Progress
+from .shards import Filter
+from .train import TrainConfig, attention, mixed_precision, versions
+
+
+@torch.no_grad()
+def evaluate(cfg: TrainConfig) -> dict[str, Any]:
+    from peft import PeftModel
+    from transformers import AutoConfig
+
+    cfg.validate()
+    tok = load_tokenizer(cfg.tokenizer or cfg.model)
+    vocab = AutoConfig.from_pretrained(cfg.model).vocab_size
+    data = dataset.load(cfg.shards, Filter(tuple(cfg.runs), tuple(cfg.iterations)), tok, input_kind=cfg.input,
+                        render_mode=cfg.render, max_length=cfg.max_length, truncate=cfg.truncate, vocab_size=vocab)
+    device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+    dtype = torch.bfloat16 if mixed_precision(cfg.precision) == "bf16" else torch.float32
+    model = load_base(cfg.model, dtype, attention(cfg.attn))
+    if cfg.init_adapter:
+        check_adapter_folder(cfg.init_adapter)
+        model = PeftModel.from_pretrained(model, cfg.init_adapter)
+    wrapper = WeightedLM(model, cfg.loss_chunk).to(device).eval()
+    seqs = data.sequences
+    per_seq = [[0.0, 0.0, 0] for _ in seqs]  # Σ w·CE, Σ w, labelled tokens
+    micro = packing.plan([len(s) for s in seqs], cfg.token_budget, cfg.packing, cfg.seed, 0)
+    progress = Progress("eval", len(micro), enabled=cfg.progress)
+    pad = tok.pad_token_id if tok.pad_token_id is not None else 0
+    ones = {i: 1.0 for i in range(len(seqs))}
+    for members in micro:
+        mb = to_device(packing.build(seqs, members, cfg.packing, ones, pad), device)
+        ce = wrapper.target_ce(mb).double().cpu()
+        keep = (mb.target_weights != 0).reshape(-1)
+        w = mb.target_weights.reshape(-1)[keep].double().cpu()
+        who = mb.sequence_index.reshape(-1)[keep].cpu()
+        for i, c, x in zip(who.tolist(), ce.tolist(), w.tolist()):
+            per_seq[i][0] += x * c
+            per_seq[i][1] += x
+            per_seq[i][2] += 1
+        progress.update(1, mb.tokens_trained, None)
+    progress.finish()
+
+    files: dict[str, dict[str, Any]] = {}
+    for s, (wce, wsum, n) in zip(seqs, per_seq):
+        f = files.setdefault(s.source, {"file": s.source, "sequences": 0, "labelled_tokens": 0, "weighted_ce": 0.0, "weight_sum": 0.0})
+        f["sequences"] += 1
+        f["labelled_tokens"] += n
+        f["weighted_ce"] += wce
+        f["weight_sum"] += wsum
+    for f in files.values():
+        f["loss"] = f["weighted_ce"] / f["labelled_tokens"] if f["labelled_tokens"] else 0.0
+    total_n = sum(f["labelled_tokens"] for f in files.values())
+    total = sum(f["weighted_ce"] for f in files.values())
+    sha = {f["path"]: f["sha256"] for f in data.files}
+    for f in files.values():
+        f["sha256"] = sha.get(f["file"], "")
+    return {
+        "model": cfg.model,
+        "adapter": cfg.init_adapter,
+        "render": cfg.render,
+        "input_kinds": data.kinds,
+        "files": sorted(files.values(), key=lambda f: f["file"]),
+        "overall": {"sequences": len(seqs), "labelled_tokens": total_n, "weighted_ce": total,
+                    "loss": total / total_n if total_n else 0.0},
+        "versions": versions(),
+    }

@@ -1,0 +1,69 @@
+"""The advantage-weighted loss without whole-sequence logits.
+
+With Qwen's 151,936-token vocabulary the logits of one 16,384-token sequence
+are 2.5 G floats (about 10 GB in float32), more than the model on a small
+GPU. ``chunked_weighted_ce`` first keeps only the positions that carry a loss
+(prompts and observations carry none), then runs the output layer and the
+cross-entropy over chunks of them under activation checkpointing: a chunk's
+logits exist only while its loss is computed, in the forward pass and again
+in the backward pass. The output layer is called as a module, so engines that
+gather sharded weights in module hooks (DeepSpeed ZeRO-3, FSDP) see the call.
+
+``naive_weighted_ce`` materialises every logit; it is the definition the
+chunked loss is tested against and the baseline ``make bench-trainer``
+measures beside it.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+DEFAULT_CHUNK = 4096
+
+
+def _wide(logits: torch.Tensor) -> torch.Tensor:
+    """Logits in at least float32 (bf16 logits lose the loss's precision)."""
+    return logits if logits.dtype in (torch.float32, torch.float64) else logits.float()
+
+
+def naive_weighted_ce(hidden: torch.Tensor, head: nn.Module, targets: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """Σ scale·CE over every position: hidden (B, T, H), targets and scale (B, T)."""
+    logits = _wide(head(hidden))
+    ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction="none")
+    return (ce * scale.reshape(-1)).sum()
+
+
+def _chunk_loss(h: torch.Tensor, head: nn.Module, t: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+    logits = _wide(head(h))
+    return (F.cross_entropy(logits, t, reduction="none") * s.to(logits.dtype)).sum()
+
+
+def chunked_weighted_ce(hidden: torch.Tensor, head: nn.Module, targets: torch.Tensor, scale: torch.Tensor,
+                        chunk: int = DEFAULT_CHUNK) -> torch.Tensor:
+    """Σ scale·CE like naive_weighted_ce, holding at most chunk positions'
+    logits at a time, and only for positions whose scale is not 0."""
+    keep = scale.reshape(-1) != 0
+    h = hidden.reshape(-1, hidden.shape[-1])[keep]
+    t = targets.reshape(-1)[keep]
+    s = scale.reshape(-1)[keep]
+    total = hidden.new_zeros((), dtype=torch.float64 if hidden.dtype == torch.float64 else torch.float32)
+    if h.shape[0] == 0:
+        # Keep the graph connected (engines expect every rank to backward
+        # through the model), at no cost.
+        return total + hidden.sum() * 0.0
+    for a in range(0, h.shape[0], chunk):
+        total = total + checkpoint(_chunk_loss, h[a : a + chunk], head, t[a : a + chunk], s[a : a + chunk], use_reentrant=False)
+    return total
+
+
+@torch.no_grad()
+def token_ce(hidden: torch.Tensor, head: nn.Module, targets: torch.Tensor, keep: torch.Tensor,
+             chunk: int = DEFAULT_CHUNK) -> torch.Tensor:
+    """The cross-entropy of the kept positions, in order (for evaluation)."""
+    h = hidden.reshape(-1, hidden.shape[-1])[keep.reshape(-1)]
+    t = targets.reshape(-1)[keep.reshape(-1)]
+    out = [F.cross_entropy(_wide(head(h[a : a + chunk])), t[a : a + chunk], reduction="none") for a in range(0, h.shape[0], chunk)]
+    return torch.cat(out) if out else hidden.new_zeros((0,), dtype=torch.float32)

@@ -1,0 +1,234 @@
+"""Reading a2farm's training shards exactly as the learner and ``replay`` write them.
+
+A shard set is a folder with a ``manifest.json`` (format version, every file
+with its rows and sha256, the hyperparameters that produced it) beside its
+Parquet files: ``shard-NNNNN.parquet`` hold conversations (messages, tool
+specs, one weight per assistant message), ``tokens-NNNNN.parquet`` hold the
+token ids the policy server served with one loss weight per id. The learner
+writes one set per group under ``shards/<run>/<iteration>/<instance>/``;
+``replay`` writes one set into its ``--out`` folder.
+
+Nothing here recomputes a weight: the shards' weights are trained as they are.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+import pyarrow.parquet as pq
+
+from .errors import InputError
+
+# The shard format versions this trainer reads (schema.Version in the Go
+# module: the learner writes it into every manifest and Parquet file).
+READABLE_FORMATS = ("5",)
+
+MANIFEST = "manifest.json"
+
+
+@dataclass(frozen=True)
+class ShardFile:
+    """One Parquet file of a shard set, as its manifest lists it."""
+
+    path: str
+    kind: str  # "messages" or "tokens"
+    rows: int
+    sha256: str
+
+
+@dataclass
+class ShardSet:
+    """One folder with a manifest: a group of the learner, or a replay."""
+
+    folder: str
+    manifest: dict[str, Any]
+    message_files: list[ShardFile]
+    token_files: list[ShardFile]
+
+    @property
+    def sft(self) -> bool:
+        """Whether ``replay --sft`` wrote it (supervised rows, weight 1)."""
+        return bool(self.manifest.get("params", {}).get("sft", False))
+
+    @property
+    def covers_every_turn(self) -> bool:
+        """Whether its token sequences hold every turn the message rows hold:
+        token ids were served for each turn of the kept trajectories."""
+        stats = self.manifest.get("tokens") or {}
+        return self.manifest.get("token_rows", 0) > 0 and stats.get("turns_without_ids", 0) == 0
+
+    def files(self) -> list[ShardFile]:
+        return self.message_files + self.token_files
+
+
+def find_shard_sets(paths: list[str]) -> list[ShardSet]:
+    """The shard sets at or under each path: a manifest file, a folder with
+    a manifest, or a tree of them (searched in name order, so a run's groups
+    come in the same order on every machine). Every manifest is checked
+    before anything is read: the format version and every file's sha256."""
+    found: list[ShardSet] = []
+    seen: set[str] = set()
+    for path in paths:
+        if not os.path.exists(path):
+            raise InputError(f"{path}: no such file or folder")
+        folders = list(_manifest_folders(path))
+        if not folders:
+            raise InputError(f"{path}: no {MANIFEST} at or under it (not a shard folder of a2farm's learner or replay)")
+        for folder in folders:
+            real = os.path.realpath(folder)
+            if real in seen:
+                continue
+            seen.add(real)
+            found.append(load_shard_set(folder))
+    return found
+
+
+def _manifest_folders(path: str) -> Iterator[str]:
+    if os.path.isfile(path):
+        if os.path.basename(path) != MANIFEST:
+            raise InputError(f"{path}: not a {MANIFEST}; pass a shard folder or its manifest")
+        yield os.path.dirname(path) or "."
+        return
+    for root, dirs, files in os.walk(path):
+        dirs.sort()
+        # An adapter the trainer wrote keeps its record in
+        # train_manifest.json, so a tree holding one is still read right.
+        if MANIFEST in files:
+            yield root
+
+
+def load_shard_set(folder: str) -> ShardSet:
+    """Reads and checks one manifest: its format version, and that every file
+    it lists exists with the sha256 it records."""
+    mpath = os.path.join(folder, MANIFEST)
+    try:
+        with open(mpath, encoding="utf-8") as f:
+            manifest = json.load(f)
+    except json.JSONDecodeError as e:
+        raise InputError(f"{mpath}: not JSON ({e.msg} at line {e.lineno})") from None
+    except OSError as e:
+        raise InputError(f"{mpath}: {e.strerror}") from None
+    if not isinstance(manifest, dict):
+        raise InputError(f"{mpath}: not a shard manifest (a JSON object is expected)")
+    version = str(manifest.get("format_version", ""))
+    if version == "":
+        raise InputError(f"{mpath}: no format_version (not a shard manifest of a2farm)")
+    if version not in READABLE_FORMATS:
+        raise InputError(
+            f"{mpath}: shard format {version}; this trainer reads format {', '.join(READABLE_FORMATS)} "
+            "(use the a2farm-train of the a2farm release that wrote them, or write them again with replay)"
+        )
+
+    def listed(key: str, kind: str) -> list[ShardFile]:
+        out = []
+        for entry in manifest.get(key) or []:
+            name = str(entry.get("name", ""))
+            if name == "" or os.path.basename(name) != name:
+                raise InputError(f"{mpath}: file name {name!r} in {key} is not a plain file name")
+            out.append(ShardFile(os.path.join(folder, name), kind, int(entry.get("rows", 0)), str(entry.get("sha256", ""))))
+        return out
+
+    s = ShardSet(folder, manifest, listed("files", "messages"), listed("token_files", "tokens"))
+    for sf in s.files():
+        verify_file(sf)
+    return s
+
+
+def verify_file(sf: ShardFile) -> None:
+    """Refuses a file that is missing or whose sha256 differs from the manifest's."""
+    h = hashlib.sha256()
+    try:
+        with open(sf.path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+    except OSError as e:
+        raise InputError(f"{sf.path}: listed in its manifest but cannot be read ({e.strerror})") from None
+    if h.hexdigest() != sf.sha256:
+        raise InputError(f"{sf.path}: sha256 {h.hexdigest()[:16]}… differs from the manifest's {sf.sha256[:16]}… (changed or torn since it was written)")
+
+
+def file_sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+@dataclass(frozen=True)
+class Filter:
+    """Which rows to train on: runs and iterations (empty means all)."""
+
+    runs: tuple[str, ...] = ()
+    iterations: tuple[int, ...] = ()
+
+    def keep(self, run: str, iteration: int) -> bool:
+        return (not self.runs or run in self.runs) and (not self.iterations or iteration in self.iterations)
+
+
+def read_rows(sf: ShardFile, flt: Filter) -> list[dict[str, Any]]:
+    """The rows of one file that pass the filter, as Python dicts."""
+    try:
+        table = pq.read_table(sf.path)
+    except Exception as e:  # pyarrow raises several types for a torn file
+        raise InputError(f"{sf.path}: not a readable Parquet file ({e})") from None
+    md = table.schema.metadata or {}
+    kind = md.get(b"a2farm.kind", b"").decode()
+    want = "shard" if sf.kind == "messages" else "tokens"
+    if kind and kind != want:
+        raise InputError(f"{sf.path}: holds {kind} rows, its manifest lists it among the {sf.kind} files")
+    if table.num_rows != sf.rows:
+        raise InputError(f"{sf.path}: {table.num_rows} rows, its manifest says {sf.rows}")
+    rows = table.to_pylist()
+    return [r for r in rows if flt.keep(str(r.get("run_id", "")), int(r.get("iteration", 0)))]
+
+
+@dataclass
+class Sequence:
+    """One training sequence: token ids and each id's loss weight, the weight
+    of predicting that id from the ones before it (0: not trained)."""
+
+    input_ids: list[int]
+    weights: list[float]
+    source: str  # the shard file it came from
+    job_id: str = ""
+    turns: tuple[int, int] = (0, 0)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.input_ids)
+
+    def labelled(self) -> int:
+        """Tokens that carry a loss: weight above 0, the first id excluded
+        (nothing predicts it)."""
+        return sum(1 for w in self.weights[1:] if w > 0)
+
+
+def token_sequences(sf: ShardFile, flt: Filter) -> list[Sequence]:
+    """The token rows of a file, checked: one weight per id, no negative or
+    NaN weight."""
+    out = []
+    for i, r in enumerate(read_rows(sf, flt)):
+        ids, ws = r.get("input_ids") or [], r.get("loss_weights") or []
+        where = f"{sf.path} row {i} ({r.get('job_id', '')})"
+        if len(ids) != len(ws):
+            raise InputError(f"{where}: {len(ws)} loss_weights for {len(ids)} input_ids")
+        check_weights(ws, where)
+        out.append(Sequence(list(ids), [float(w) for w in ws], sf.path, str(r.get("job_id", "")),
+                            (int(r.get("first_turn", 0)), int(r.get("last_turn", 0)))))
+    return out
+
+
+def check_weights(ws: list[float], where: str) -> None:
+    for j, w in enumerate(ws):
+        if w is None or math.isnan(w):
+            raise InputError(f"{where}: weight {j} is NaN")
+        if w < 0:
+            raise InputError(f"{where}: weight {j} is negative ({w})")
+        if math.isinf(w):
+            raise InputError(f"{where}: weight {j} is infinite")

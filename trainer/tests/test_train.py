@@ -1,0 +1,280 @@
+"""Training end to end on CPU: the loss goes down, the adapter is one vLLM
+and PEFT load, a second run starts from the first's adapter, Ctrl-C and
+--resume give the adapter an uninterrupted run gives, and every bad input
+is refused with one line and exit 2 before anything is written."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+from a2farm_trainer.cli import run
+from a2farm_trainer.shards import file_sha256
+
+FAST = ["--lr", "5e-3", "--warmup-steps", "0", "--token-budget", "6000", "--max-length", "6000", "--no-progress"]
+
+
+def train(model: str, shards: Path | str, out: Path, *extra: str) -> int:
+    return run(["--model", model, "--out", str(out), str(shards), *FAST, *extra])
+
+
+def eval_loss(model: str, shards: Path | str, out: Path, *extra: str) -> dict[str, Any]:
+    assert run(["--model", model, "--eval-only", "--out", str(out), str(shards), "--no-progress",
+                "--token-budget", "6000", "--max-length", "6000", *extra]) == 0
+    return json.loads(out.read_text())
+
+
+@pytest.fixture(scope="module")
+def token_shards(served_run: Path) -> Path:
+    return served_run
+
+
+def test_a_few_steps_lower_the_weighted_loss(tiny_model: str, token_shards: Path, tmp_path: Path) -> None:
+    before = eval_loss(tiny_model, token_shards, tmp_path / "before.json")
+    assert train(tiny_model, token_shards, tmp_path / "adapter", "--epochs", "3") == 0
+    after = eval_loss(tiny_model, token_shards, tmp_path / "after.json", "--init-adapter", str(tmp_path / "adapter"))
+    assert after["overall"]["loss"] < before["overall"]["loss"] - 0.1
+    m = json.loads((tmp_path / "adapter" / "train_manifest.json").read_text())
+    losses = [s["loss"] for s in m["steps"]]
+    assert losses[-1] < losses[0]
+    assert m["input_kinds"] == {"tokens": 1}
+    assert {f["sha256"] for f in m["inputs"]} == {file_sha256(f["path"]) for f in m["inputs"]}
+    h = m["hyperparameters"]
+    assert (h["lr"], h["epochs"], h["lora_r"], h["seed"], h["weight_decay"]) == (5e-3, 3, 16, 3407, 0.01)
+    assert 0 < m["tokens"]["trained_over_computed"] <= 1 and m["tokens_per_second"] > 0 and m["peak_memory_bytes"] > 0
+    # The eval JSON: per file and overall, in the training loss's terms.
+    assert after["files"] and sum(f["labelled_tokens"] for f in after["files"]) == after["overall"]["labelled_tokens"]
+
+
+def test_the_adapter_is_what_vllm_and_peft_load(tiny_model: str, token_shards: Path, tmp_path: Path) -> None:
+    from peft import PeftModel
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    out = tmp_path / "adapter"
+    assert train(tiny_model, token_shards, out, "--epochs", "1") == 0
+    assert sorted(os.listdir(out)) == ["README.md", "adapter_config.json", "adapter_model.safetensors", "train_manifest.json"] or \
+        {"adapter_config.json", "adapter_model.safetensors", "train_manifest.json"} <= set(os.listdir(out))
+    cfg = json.loads((out / "adapter_config.json").read_text())
+    assert cfg["r"] == 16 and cfg["lora_alpha"] == 16 and not cfg.get("modules_to_save") and not cfg.get("use_dora")
+    assert set(cfg["target_modules"]) == {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
+    tensors = load_file(str(out / "adapter_model.safetensors"))
+    assert tensors and all("lora_A" in k or "lora_B" in k for k in tensors)
+    assert any(t.abs().sum() > 0 for k, t in tensors.items() if "lora_B" in k)  # trained, not the zero init
+
+    # Reloaded, the adapter gives the logits of the model that was trained.
+    ids = torch.tensor([[151644, 872, 198, 100, 200, 300]])
+    base = AutoModelForCausalLM.from_pretrained(tiny_model)
+    plain = base(ids).logits
+    model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny_model), str(out)).eval()
+    with torch.no_grad():
+        a = model(ids).logits
+        b = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny_model), str(out)).eval()(ids).logits
+    torch.testing.assert_close(a, b)
+    assert not torch.allclose(a, plain)
+    merged = model.merge_and_unload()
+    with torch.no_grad():
+        torch.testing.assert_close(merged(ids).logits, a, atol=1e-5, rtol=1e-4)
+
+
+def test_a_second_run_starts_from_the_first_adapter(tiny_model: str, token_shards: Path, tmp_path: Path, a2farm_bin: str) -> None:
+    first, second = tmp_path / "it1", tmp_path / "it2"
+    assert train(tiny_model, token_shards, first, "--epochs", "2", "--lr", "1e-2") == 0
+    assert train(tiny_model, token_shards, second, "--epochs", "1", "--init-adapter", str(first)) == 0
+    m1 = json.loads((first / "train_manifest.json").read_text())
+    m2 = json.loads((second / "train_manifest.json").read_text())
+    assert m2["init_adapter"] == str(first)
+    # Its first step's loss is where the first run ended, not the base model's.
+    base_loss = m1["steps"][0]["loss"]
+    assert abs(m2["steps"][0]["loss"] - m1["steps"][-1]["loss"]) < abs(m2["steps"][0]["loss"] - base_loss)
+
+    # a2farm report reads the trainer's manifests: both loss curves, side by side.
+    page = tmp_path / "report.html"
+    subprocess.run([a2farm_bin, "report", "--out", str(page), str(first), str(second)], check=True, capture_output=True)
+    html = page.read_text()
+    assert 'id="train-loss"' in html and "<td>it1</td>" in html and "<td>it2</td>" in html
+
+
+def test_message_shards_of_the_up_run_train(tiny_model: str, up_run: Path, tmp_path: Path) -> None:
+    """The learner's tree as a farm leaves it: one group (an instance of the
+    run) here, to keep the test short; the tree is found the same way."""
+    (group,) = sorted((up_run / "learner" / "shards").glob("*/0/acme__inventory-1"))
+    out = tmp_path / "adapter"
+    assert train(tiny_model, group, out, "--epochs", "1", "--max-length", "7000", "--token-budget", "7000") == 0
+    m = json.loads((out / "train_manifest.json").read_text())
+    assert m["input_kinds"] == {"messages": 1} and len(m["inputs"]) == 1
+    assert m["sequences"] > 0 and m["steps"]
+
+
+def test_a_tree_is_filtered_by_run_and_iteration(up_run: Path, tokenizer) -> None:
+    from a2farm_trainer import dataset
+    from a2farm_trainer.errors import InputError
+    from a2farm_trainer.shards import Filter
+
+    tree = str(up_run / "learner" / "shards")
+    (run_id,) = os.listdir(tree)
+    with pytest.raises(InputError, match="no training sequences"):
+        dataset.load([tree], Filter(iterations=(1,)), tokenizer)
+    with pytest.raises(InputError, match="no training sequences"):
+        dataset.load([tree], Filter(runs=("other",)), tokenizer)
+    got = dataset.load([tree], Filter(runs=(run_id,), iterations=(0,)), tokenizer)
+    assert len(got.files) == len(list((up_run / "learner" / "shards").glob("*/0/*/shard-*.parquet")))
+
+
+def test_padded_batches_compute_more_tokens_than_packed(tiny_model: str, token_shards: Path, tmp_path: Path) -> None:
+    ratios = {}
+    for mode in ("packed", "padded"):
+        assert train(tiny_model, token_shards, tmp_path / mode, "--epochs", "1", "--packing", mode,
+                     "--max-length", "6000", "--token-budget", "12000") == 0
+        ratios[mode] = json.loads((tmp_path / mode / "train_manifest.json").read_text())["tokens"]["trained_over_computed"]
+    assert ratios["packed"] == 1.0
+    assert ratios["padded"] < 1.0
+
+
+def cli(args: list[str], **kw: Any) -> subprocess.Popen[str]:
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    return subprocess.Popen([sys.executable, "-m", "a2farm_trainer", *args], stderr=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True, env=env, **kw)
+
+
+def test_ctrl_c_saves_a_checkpoint_and_resume_finishes_like_an_uninterrupted_run(tiny_model: str, token_shards: Path, tmp_path: Path) -> None:
+    from safetensors.torch import load_file
+
+    args = ["--model", tiny_model, str(token_shards), "--lr", "5e-3", "--warmup-steps", "2", "--token-budget", "6000",
+            "--max-length", "6000", "--epochs", "2"]
+    whole = tmp_path / "whole"
+    assert run([*args, "--out", str(whole), "--no-progress"]) == 0
+
+    out = tmp_path / "adapter"
+    p = cli([*args, "--out", str(out)])
+    assert p.stderr is not None
+    line = p.stderr.readline()
+    while line and not line.startswith("train "):
+        line = p.stderr.readline()
+    assert line.startswith("train "), "no progress line"
+    p.send_signal(signal.SIGINT)
+    rest = p.stderr.read()
+    assert p.wait(timeout=120) == 130, rest
+    assert "checkpoint saved" in rest and "--resume" in rest
+    assert not out.exists()  # nothing where the finished adapter goes
+    ckpt = Path(str(out) + ".checkpoint")
+    state = json.loads((ckpt / "trainer_state.json").read_text())
+    assert 0 < state["steps_done"] < 16
+
+    # A plain second start refuses the leftover checkpoint.
+    assert run([*args, "--out", str(out), "--no-progress"]) == 2
+    assert run([*args, "--out", str(out), "--no-progress", "--resume"]) == 0
+    assert out.exists() and not ckpt.exists()
+    got, want = load_file(str(out / "adapter_model.safetensors")), load_file(str(whole / "adapter_model.safetensors"))
+    assert got.keys() == want.keys()
+    for k in got:
+        torch.testing.assert_close(got[k], want[k], msg=k)
+    steps = json.loads((out / "train_manifest.json").read_text())["steps"]
+    assert [s["step"] for s in steps] == list(range(1, len(steps) + 1))
+
+
+def rewrite_tokens(folder: Path, change: Callable[[list[dict[str, Any]]], None]) -> None:
+    """Changes the token rows of a shard set and records the new file's
+    sha256 in its manifest, so only the change is wrong."""
+    mpath = folder / "manifest.json"
+    manifest = json.loads(mpath.read_text())
+    entry = manifest["token_files"][0]
+    path = folder / entry["name"]
+    table = pq.read_table(path)
+    rows = table.to_pylist()
+    change(rows)
+    pq.write_table(pa.Table.from_pylist(rows, schema=table.schema), path)
+    entry["sha256"] = file_sha256(str(path))
+    entry["rows"] = len(rows)
+    mpath.write_text(json.dumps(manifest))
+
+
+def set_weight(value: float) -> Callable[[list[dict[str, Any]]], None]:
+    def change(rows: list[dict[str, Any]]) -> None:
+        rows[0]["loss_weights"][-1] = value
+    return change
+
+
+def corrupt_file(folder: Path) -> None:
+    name = json.loads((folder / "manifest.json").read_text())["token_files"][0]["name"]
+    with open(folder / name, "r+b") as f:
+        f.seek(100)
+        b = f.read(1)
+        f.seek(100)
+        f.write(bytes([b[0] ^ 0xFF]))
+
+
+BAD_INPUTS: list[tuple[str, Callable[[Path], Any], list[str], str]] = [
+    ("no manifest", lambda d: (d / "manifest.json").unlink(), [], "no manifest.json"),
+    ("sha256 mismatch", corrupt_file, [], "sha256"),
+    ("format version", lambda d: (d / "manifest.json").write_text(
+        json.dumps({**json.loads((d / "manifest.json").read_text()), "format_version": "4"})), [], "shard format 4"),
+    ("empty after the filter", lambda d: None, ["--run", "no-such-run"], "no training sequences"),
+    ("weights shorter than ids", lambda d: rewrite_tokens(d, lambda rows: rows[0]["loss_weights"].pop()), [], "loss_weights for"),
+    ("weights longer than ids", lambda d: rewrite_tokens(d, lambda rows: rows[0]["loss_weights"].append(1.0)), [], "loss_weights for"),
+    ("negative weight", lambda d: rewrite_tokens(d, set_weight(-0.5)), [], "negative"),
+    ("NaN weight", lambda d: rewrite_tokens(d, set_weight(math.nan)), [], "NaN"),
+    ("id outside the vocabulary", lambda d: rewrite_tokens(d, lambda rows: rows[0]["input_ids"].__setitem__(3, 999_999)), [], "outside the model's vocabulary"),
+    ("over the max length", lambda d: None, ["--max-length", "64"], "over --max-length 64"),
+    ("rank vLLM does not serve", lambda d: None, ["--lora-r", "12"], "vLLM serves ranks"),
+    ("unknown flag", lambda d: None, ["--no-such-flag"], "unrecognized arguments"),
+]
+
+
+@pytest.mark.parametrize("name,damage,flags,message", BAD_INPUTS, ids=[b[0] for b in BAD_INPUTS])
+def test_bad_input_is_refused_with_one_line_and_exit_2(name: str, damage: Callable[[Path], Any], flags: list[str], message: str,
+                                                       tiny_model: str, token_shards: Path, tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    shards = tmp_path / "shards"
+    shutil.copytree(token_shards, shards)
+    damage(shards)
+    out = tmp_path / "adapter"
+    args = ["--model", tiny_model, "--out", str(out), str(shards), "--no-progress", "--epochs", "1"]
+    if "--max-length" not in flags:
+        args += ["--max-length", "6000", "--token-budget", "6000"]
+    else:
+        args += ["--token-budget", "6000"]
+    code = run(args + flags)
+    err = capsys.readouterr().err.strip()
+    assert code == 2, err
+    assert len(err.splitlines()) == 1 and err.startswith("a2farm-train: "), err
+    assert message in err, err
+    assert not out.exists() and not Path(str(out) + ".partial").exists()
+
+
+def test_truncate_cuts_what_max_length_refuses(tiny_model: str, token_shards: Path, tmp_path: Path) -> None:
+    out = tmp_path / "adapter"
+    assert train(tiny_model, token_shards, out, "--epochs", "1", "--max-length", "4000", "--truncate") == 0
+    m = json.loads((out / "train_manifest.json").read_text())
+    assert m["truncated"] > 0
+
+
+def test_an_existing_adapter_is_not_overwritten(tiny_model: str, token_shards: Path, tmp_path: Path) -> None:
+    out = tmp_path / "adapter"
+    out.mkdir()
+    (out / "keep").write_text("x")
+    assert train(tiny_model, token_shards, out, "--epochs", "1") == 2
+    assert (out / "keep").exists()
+    assert train(tiny_model, token_shards, out, "--epochs", "1", "--overwrite") == 0
+    assert not (out / "keep").exists() and (out / "adapter_config.json").exists()
+
+
+def test_progress_shows_tokens_per_second_and_eta(tiny_model: str, token_shards: Path, tmp_path: Path) -> None:
+    p = cli(["--model", tiny_model, "--out", str(tmp_path / "a"), str(token_shards), *FAST[:-1], "--epochs", "1"])
+    _, err = p.communicate(timeout=300)
+    assert p.returncode == 0, err
+    lines = [l for l in err.splitlines() if l.startswith("train ")]
+    assert lines and "tok/s" in lines[-1] and "steps" in lines[-1]
+    assert "loss" in err.splitlines()[-1] and "adapter in" in err.splitlines()[-1]
