@@ -278,3 +278,33 @@ def test_progress_shows_tokens_per_second_and_eta(tiny_model: str, token_shards:
     lines = [l for l in err.splitlines() if l.startswith("train ")]
     assert lines and "tok/s" in lines[-1] and "steps" in lines[-1]
     assert "loss" in err.splitlines()[-1] and "adapter in" in err.splitlines()[-1]
+
+
+def test_two_processes_train_what_one_process_trains(tiny_model: str, token_shards: Path, tmp_path: Path) -> None:
+    """Data parallelism under torchrun (two CPU processes, gloo)
+    takes the same steps as one process accumulating two micro-batches: the
+    same step losses and, to float rounding, the same adapter."""
+    from safetensors.torch import load_file
+
+    common = ["--model", tiny_model, str(token_shards), "--lr", "5e-3", "--warmup-steps", "0", "--token-budget", "6000",
+              "--max-length", "6000", "--epochs", "1", "--no-progress"]
+    one = tmp_path / "one"
+    assert run([*common, "--out", str(one), "--grad-accum", "2"]) == 0
+    two = tmp_path / "two"
+    import a2farm_trainer
+
+    src = str(Path(a2farm_trainer.__file__).resolve().parents[1])
+    env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=os.pathsep.join([src, os.environ.get("PYTHONPATH", "")]))
+    p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+                        "-m", "a2farm_trainer", *common, "--out", str(two)],
+                       capture_output=True, text=True, env=env, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert p.stderr.count("adapter in") == 1  # one summary, from the first process
+    m1 = json.loads((one / "train_manifest.json").read_text())
+    m2 = json.loads((two / "train_manifest.json").read_text())
+    assert m2["engine"]["processes"] == 2 and m1["engine"]["processes"] == 1
+    assert [s["loss"] for s in m2["steps"]] == pytest.approx([s["loss"] for s in m1["steps"]], rel=1e-5)
+    a, b = load_file(str(one / "adapter_model.safetensors")), load_file(str(two / "adapter_model.safetensors"))
+    assert a.keys() == b.keys()
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], atol=1e-5, rtol=1e-4, msg=k)

@@ -66,7 +66,7 @@ def parser() -> Parser:
     p.add_argument("--packing", default="packed", choices=["packed", "padded"])
     p.add_argument("--normalise", default="tokens", choices=["tokens", "sequences"],
                    help="loss ÷ labelled tokens of the step (the reference), or the mean over sequences of each sequence's own")
-    p.add_argument("--loss-chunk", type=int, default=4096, help="positions whose logits exist at once")
+    p.add_argument("--loss-chunk", type=int, default=1024, help="positions whose logits exist at once")
     p.add_argument("--naive-loss", action="store_true", help="materialise every logit (for comparison; needs far more memory)")
     p.add_argument("--precision", default="auto", choices=["auto", "bf16", "fp16", "fp32"], help="auto: bf16 where the GPU has it, else fp32")
     p.add_argument("--attn", default="auto", help="attention implementation (auto: flash_attention_2 on a GPU that has flash-attn, else a2farm_segments: SDPA once per packed sequence; or any Transformers name: sdpa, eager)")
@@ -136,7 +136,7 @@ def run(argv: list[str]) -> int:
         from .train import train
 
         m = train(cfg)
-        if m["steps"]:
+        if m["steps"] and int(os.environ.get("RANK", "0")) == 0:
             first, last = m["steps"][0]["loss"], m["steps"][-1]["loss"]
             print(f"trained {len(m['steps'])} steps on {m['sequences']} sequences: loss {first:.4f} -> {last:.4f}, "
                   f"{m['tokens_per_second']:,.0f} tok/s, tokens trained/computed {m['tokens']['trained_over_computed']:.2f}; "

@@ -71,7 +71,7 @@ class TrainConfig:
     grad_accum: int = 1
     packing: str = "packed"
     normalise: str = "tokens"
-    loss_chunk: int = 4096
+    loss_chunk: int = 1024
     naive_loss: bool = False
     precision: str = "auto"
     attn: str = "auto"
