@@ -55,7 +55,7 @@ def test_each_weight_sits_on_its_replys_tokens_only(served_run: Path, tokenizer)
                     runs.append((q.weights[k], tokenizer.decode(q.input_ids[k:j])))
                     k = j
             assert len(runs) == len(replies)
-            for (w, text), (i, want_w) in zip(runs, replies):
+            for (w, text), (i, want_w, _) in zip(runs, replies):
                 m = row["messages"][i]
                 assert w == pytest.approx(want_w)
                 assert text.endswith("<|im_end|>")

@@ -9,23 +9,18 @@ from typing import Any
 
 import torch
 
-from . import dataset, packing
-from .model import WeightedLM, check_adapter_folder, load_base, load_tokenizer, to_device
+from . import packing
+from .model import WeightedLM, check_adapter_folder, load_base, to_device
 from .progress import Progress
-from .shards import Filter
-from .train import TrainConfig, attention, mixed_precision, versions
+from .train import TrainConfig, attention, mixed_precision, read_inputs, versions
 
 
 @torch.no_grad()
 def evaluate(cfg: TrainConfig) -> dict[str, Any]:
     from peft import PeftModel
-    from transformers import AutoConfig
 
     cfg.validate()
-    tok = load_tokenizer(cfg.tokenizer or cfg.model)
-    vocab = AutoConfig.from_pretrained(cfg.model).vocab_size
-    data = dataset.load(cfg.shards, Filter(tuple(cfg.runs), tuple(cfg.iterations)), tok, input_kind=cfg.input,
-                        render_mode=cfg.render, max_length=cfg.max_length, truncate=cfg.truncate, vocab_size=vocab)
+    tok, data = read_inputs(cfg)
     device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
     dtype = torch.bfloat16 if mixed_precision(cfg.precision) == "bf16" else torch.float32
     model = load_base(cfg.model, dtype, attention(cfg.attn))

@@ -83,8 +83,8 @@ def template_tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]] |
     return out
 
 
-def trained_replies(row: dict[str, Any]) -> list[tuple[int, float]]:
-    """(message index, weight) of each reply the row trains: the assistant
+def trained_replies(row: dict[str, Any]) -> list[tuple[int, float, int]]:
+    """(message index, weight, turn) of each reply the row trains: the assistant
     messages of turns first_turn..last_turn. Earlier assistant messages are
     context kept from another row (weight 0 there, trained where they end)."""
     msgs = row["messages"]
@@ -94,7 +94,7 @@ def trained_replies(row: dict[str, Any]) -> list[tuple[int, float]]:
     if len(weights) != len(asst) or len(turns) != len(asst):
         raise InputError(f"row {row.get('job_id', '')}: {len(weights)} weights and {len(turns)} turns for {len(asst)} assistant messages")
     first, last = int(row.get("first_turn", 0)), int(row.get("last_turn", 0))
-    return [(i, float(w)) for i, w, t in zip(asst, weights, turns) if first <= t <= last]
+    return [(i, float(w), int(t)) for i, w, t in zip(asst, weights, turns) if first <= t <= last]
 
 
 def render_template(tok: Tokenizer, row: dict[str, Any], source: str) -> list[Sequence]:
@@ -105,7 +105,7 @@ def render_template(tok: Tokenizer, row: dict[str, Any], source: str) -> list[Se
     where = f"{source} ({row.get('job_id', '')})"
     seqs: list[Sequence] = []
     cur: Sequence | None = None
-    for i, w in trained_replies(row):
+    for i, w, turn in trained_replies(row):
         try:
             prompt = tok.apply_chat_template(msgs[:i], tools=tools, add_generation_prompt=True, tokenize=False)
             full = tok.apply_chat_template(msgs[: i + 1], tools=tools, tokenize=False)
@@ -123,17 +123,12 @@ def render_template(tok: Tokenizer, row: dict[str, Any], source: str) -> list[Se
             new = p_ids[len(cur.input_ids):]
             cur.input_ids += new + c_ids
             cur.weights += [0.0] * len(new) + [w] * len(c_ids)
-            cur.turns = (cur.turns[0], _turn_of(row, i))
+            cur.turns = (cur.turns[0], turn)
         else:
             cur = Sequence(p_ids + c_ids, [0.0] * len(p_ids) + [w] * len(c_ids), source, str(row.get("job_id", "")),
-                           (_turn_of(row, i), _turn_of(row, i)))
+                           (turn, turn))
             seqs.append(cur)
     return seqs
-
-
-def _turn_of(row: dict[str, Any], msg_index: int) -> int:
-    asst = [i for i, m in enumerate(row["messages"]) if m["role"] == "assistant"]
-    return int((row.get("turns") or [])[asst.index(msg_index)])
 
 
 def reference_text(row: dict[str, Any], think: bool) -> str:

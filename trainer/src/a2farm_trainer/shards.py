@@ -141,15 +141,12 @@ def load_shard_set(folder: str) -> ShardSet:
 
 def verify_file(sf: ShardFile) -> None:
     """Refuses a file that is missing or whose sha256 differs from the manifest's."""
-    h = hashlib.sha256()
     try:
-        with open(sf.path, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                h.update(block)
+        got = file_sha256(sf.path)
     except OSError as e:
         raise InputError(f"{sf.path}: listed in its manifest but cannot be read ({e.strerror})") from None
-    if h.hexdigest() != sf.sha256:
-        raise InputError(f"{sf.path}: sha256 {h.hexdigest()[:16]}… differs from the manifest's {sf.sha256[:16]}… (changed or torn since it was written)")
+    if got != sf.sha256:
+        raise InputError(f"{sf.path}: sha256 {got[:16]}… differs from the manifest's {sf.sha256[:16]}… (changed or torn since it was written)")
 
 
 def file_sha256(path: str) -> str:

@@ -176,6 +176,21 @@ def fingerprint(cfg: TrainConfig, inputs: list[dict[str, Any]]) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
+def read_inputs(cfg: TrainConfig) -> tuple[Any, dataset.Inputs]:
+    """The tokenizer and the checked sequences of cfg's shards (ids checked
+    against the model's vocabulary), for training and evaluation alike."""
+    from transformers import AutoConfig
+
+    tok = load_tokenizer(cfg.tokenizer or cfg.model)
+    try:
+        vocab = AutoConfig.from_pretrained(cfg.model).vocab_size
+    except (OSError, ValueError) as e:
+        raise InputError(f"--model {cfg.model}: cannot be loaded ({str(e).splitlines()[0]})") from None
+    data = dataset.load(cfg.shards, Filter(tuple(cfg.runs), tuple(cfg.iterations)), tok, input_kind=cfg.input,
+                        render_mode=cfg.render, max_length=cfg.max_length, truncate=cfg.truncate, vocab_size=vocab)
+    return tok, data
+
+
 def train(cfg: TrainConfig) -> dict[str, Any]:
     """Trains an adapter; returns the manifest written beside it."""
     from accelerate import Accelerator
@@ -202,15 +217,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     set_seed(cfg.seed)
     started = time.monotonic()
 
-    tok = load_tokenizer(cfg.tokenizer or cfg.model)
-    from transformers import AutoConfig
-
-    try:
-        vocab = AutoConfig.from_pretrained(cfg.model).vocab_size
-    except (OSError, ValueError) as e:
-        raise InputError(f"--model {cfg.model}: cannot be loaded ({str(e).splitlines()[0]})") from None
-    data = dataset.load(cfg.shards, Filter(tuple(cfg.runs), tuple(cfg.iterations)), tok, input_kind=cfg.input,
-                        render_mode=cfg.render, max_length=cfg.max_length, truncate=cfg.truncate, vocab_size=vocab)
+    tok, data = read_inputs(cfg)
     if cfg.packing == "padded" and max(len(s) for s in data.sequences) > cfg.token_budget:
         raise InputError(f"--token-budget {cfg.token_budget} is below the longest sequence ({max(len(s) for s in data.sequences)} tokens)")
     seqs = data.sequences
@@ -299,6 +306,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
                     raise Interrupted(ckpt)
     progress.finish()
 
+    lora_used = lora_record(model)
     peak, peak_kind = peak_memory()
     peak_all = int(acc.reduce(torch.tensor(float(peak), device=acc.device), reduction="max").item())
     manifest = {
@@ -313,7 +321,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
         "sequences": len(seqs),
         "truncated": data.truncated,
         "hyperparameters": cfg.hyperparameters(),
-        "lora": lora_record(model),
+        "lora": lora_used,
         "engine": {"processes": world, "distributed": str(acc.distributed_type), "mixed_precision": acc.mixed_precision,
                    "attention": attn, "device": str(acc.device)},
         "versions": versions(),
@@ -325,7 +333,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
         "tokens_per_second": tokens_trained / run_seconds if run_seconds else 0.0,
         "peak_memory_bytes": peak_all,
         "peak_memory_kind": peak_kind,
-        "serve": f"vLLM needs --enable-lora --max-lora-rank {max(lora_record(model)['r'], 16)} or more",
+        "serve": f"vLLM needs --enable-lora --max-lora-rank {max(lora_used['r'], 16)} or more",
     }
     save_adapter(acc, wrapper, out, manifest, cfg.overwrite)
     if main and os.path.exists(ckpt):
