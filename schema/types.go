@@ -143,6 +143,12 @@ type Policy struct {
 	ReturnTokenIDs bool `json:"return_token_ids,omitempty" arrow:"return_token_ids"`
 	// Logprobs asks for the completion tokens' log-probabilities.
 	Logprobs bool `json:"logprobs,omitempty" arrow:"logprobs"`
+	// Adapter is where the replicas read the LoRA adapter Model names
+	// (a path on their storage), set when Model is an adapter loaded at run
+	// time: a replica that answers "does not exist" for Model (it restarted
+	// and forgot it) gets it loaded again from there. Jobs only: the
+	// trajectory records Model and Version.
+	Adapter string `json:"adapter,omitempty" arrow:"-"`
 }
 
 // Sampling holds the decoding parameters sent to the policy server. Zero

@@ -280,31 +280,66 @@ def test_progress_shows_tokens_per_second_and_eta(tiny_model: str, token_shards:
     assert "loss" in err.splitlines()[-1] and "adapter in" in err.splitlines()[-1]
 
 
-def test_two_processes_train_what_one_process_trains(tiny_model: str, token_shards: Path, tmp_path: Path) -> None:
-    """Data parallelism under torchrun (two CPU processes, gloo)
-    takes the same steps as one process accumulating two micro-batches: the
-    same step losses and, to float rounding, the same adapter."""
+DISTRIBUTED_COMMON = ["--lr", "5e-3", "--warmup-steps", "0", "--token-budget", "6000", "--max-length", "6000",
+                      "--epochs", "1", "--no-progress"]
+
+
+@pytest.fixture(scope="module")
+def one_process_two_micro_batches(tiny_model: str, token_shards: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("one-process") / "adapter"
+    assert run(["--model", tiny_model, str(token_shards), *DISTRIBUTED_COMMON, "--out", str(out), "--grad-accum", "2"]) == 0
+    return out
+
+
+def launcher(kind: str) -> list[str]:
+    if kind == "torchrun":
+        return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2"]
+    from a2farm_trainer.cli import config_path
+
+    # The shipped config as a user launches it, cut to two CPU processes.
+    return [sys.executable, "-m", "accelerate.commands.launch", "--config_file", config_path(kind),
+            "--num_processes", "2", "--mixed_precision", "no"]
+
+
+@pytest.mark.parametrize("kind,engine", [("torchrun", "MULTI_CPU"), ("deepspeed-zero3", "DEEPSPEED")])
+def test_two_processes_train_what_one_process_trains(kind: str, engine: str, tiny_model: str, token_shards: Path,
+                                                     one_process_two_micro_batches: Path, tmp_path: Path) -> None:
+    """Two CPU processes over gloo — plain data parallelism under torchrun,
+    DeepSpeed ZeRO-3 under accelerate launch with the shipped config — take
+    the same steps as one process accumulating two micro-batches: the same
+    step losses and, to float rounding, the same adapter."""
     from safetensors.torch import load_file
 
-    common = ["--model", tiny_model, str(token_shards), "--lr", "5e-3", "--warmup-steps", "0", "--token-budget", "6000",
-              "--max-length", "6000", "--epochs", "1", "--no-progress"]
-    one = tmp_path / "one"
-    assert run([*common, "--out", str(one), "--grad-accum", "2"]) == 0
-    two = tmp_path / "two"
     import a2farm_trainer
 
+    one, two = one_process_two_micro_batches, tmp_path / "two"
     src = str(Path(a2farm_trainer.__file__).resolve().parents[1])
     env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=os.pathsep.join([src, os.environ.get("PYTHONPATH", "")]))
-    p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-                        "-m", "a2farm_trainer", *common, "--out", str(two)],
-                       capture_output=True, text=True, env=env, timeout=600)
+    p = subprocess.run([*launcher(kind), "-m", "a2farm_trainer", "--model", tiny_model, str(token_shards),
+                        *DISTRIBUTED_COMMON, "--out", str(two)], capture_output=True, text=True, env=env, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
     assert p.stderr.count("adapter in") == 1  # one summary, from the first process
     m1 = json.loads((one / "train_manifest.json").read_text())
     m2 = json.loads((two / "train_manifest.json").read_text())
-    assert m2["engine"]["processes"] == 2 and m1["engine"]["processes"] == 1
+    assert m1["engine"]["processes"] == 1
+    assert (m2["engine"]["processes"], m2["engine"]["distributed"]) == (2, engine)
     assert [s["loss"] for s in m2["steps"]] == pytest.approx([s["loss"] for s in m1["steps"]], rel=1e-5)
     a, b = load_file(str(one / "adapter_model.safetensors")), load_file(str(two / "adapter_model.safetensors"))
     assert a.keys() == b.keys()
     for k in a:
         torch.testing.assert_close(a[k], b[k], atol=1e-5, rtol=1e-4, msg=k)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU, FSDP runs")
+def test_fsdp_on_cpu_is_refused_not_run_as_something_else(tiny_model: str, token_shards: Path, tmp_path: Path) -> None:
+    """Accelerate engages FSDP on GPUs only; without one it would run two
+    unsynchronised copies. The trainer says so in one line instead."""
+    import a2farm_trainer
+
+    src = str(Path(a2farm_trainer.__file__).resolve().parents[1])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([src, os.environ.get("PYTHONPATH", "")]))
+    p = subprocess.run([*launcher("fsdp"), "-m", "a2farm_trainer", "--model", tiny_model, str(token_shards),
+                        *DISTRIBUTED_COMMON, "--out", str(tmp_path / "a")], capture_output=True, text=True, env=env, timeout=600)
+    assert p.returncode != 0
+    assert "a2farm-train: FSDP needs GPUs" in p.stderr
+    assert not (tmp_path / "a").exists()

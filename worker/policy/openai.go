@@ -99,9 +99,10 @@ func (o *OpenAI) send(ctx context.Context, r llm.Request) (*llm.Response, string
 	defer o.mu.Unlock()
 	sticky := o.replicas.routing == RouteSticky
 	var lastErr error
+	restored := map[*replica]bool{}
 	for {
 		if o.bound == nil {
-			rep, err := o.replicas.acquire(o.prefer, nil)
+			rep, err := o.replicas.acquire(o.prefer, o.policy.Model, nil)
 			if err != nil {
 				if lastErr != nil {
 					err = fmt.Errorf("%w; last error: %v", err, lastErr)
@@ -120,7 +121,31 @@ func (o *OpenAI) send(ctx context.Context, r llm.Request) (*llm.Response, string
 			o.replicas.answered(rep)
 			return resp, rep.name, nil
 		}
-		if ctx.Err() != nil || !unavailable(err) {
+		if ctx.Err() != nil {
+			return nil, rep.name, err
+		}
+		if llm.ModelMissing(err) {
+			// The replica does not serve the job's model: an adapter it
+			// forgot when it restarted, or one it never had. Load it there
+			// once and ask again; else leave the replica out for this
+			// model. Either way the turn is not the policy's.
+			if o.policy.Adapter != "" && !restored[rep] {
+				restored[rep] = true
+				lerr := o.replicas.restore(ctx, rep, o.policy.Model, o.policy.Adapter)
+				if lerr == nil {
+					continue // sticky: the same replica again
+				}
+				err = fmt.Errorf("%w; loading it from %s failed: %v", err, o.policy.Adapter, lerr)
+			}
+			o.replicas.lack(rep, o.policy.Model)
+			if sticky {
+				o.replicas.release(rep)
+				o.bound = nil
+			}
+			lastErr = fmt.Errorf("%s: %w", rep.name, err)
+			continue
+		}
+		if !unavailable(err) {
 			return nil, rep.name, err
 		}
 		o.replicas.failed(rep)

@@ -47,12 +47,17 @@ type replica struct {
 	base   string // the API root, for probes
 	client *llm.Client
 
+	// loading serialises run-time adapter loads on this replica, so that
+	// the episodes that find an adapter missing at once load it once.
+	loading sync.Mutex
+
 	// Guarded by Replicas.mu.
-	inFlight  int   // episodes bound to it
-	requests  int64 // chat requests sent
-	errors    int64 // requests that failed after the client's retries
-	failures  int   // failures in a row
-	checked   bool  // it has answered or failed once
+	lacks     map[string]time.Time // model → skipped for it until then (a load failed)
+	inFlight  int                  // episodes bound to it
+	requests  int64                // chat requests sent
+	errors    int64                // requests that failed after the client's retries
+	failures  int                  // failures in a row
+	checked   bool                 // it has answered or failed once
 	down      bool
 	downUntil time.Time // skipped until then, then probed
 }
@@ -117,15 +122,20 @@ func (rs *Replicas) Model() string {
 // these and healthy (a branch goes where its parent's prefix is cached),
 // else the healthy replica with the fewest episodes in flight. A replica
 // whose back-off is over counts as healthy again: the episode tries it.
-func (rs *Replicas) acquire(prefer string, except *replica) (*replica, error) {
+func (rs *Replicas) acquire(prefer, model string, except *replica) (*replica, error) {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
 	now := time.Now()
 	var best *replica
+	lacking := 0
 	for i := range rs.replicas {
 		// Start the scan after the last pick, so that ties rotate.
 		r := rs.replicas[(rs.next+i)%len(rs.replicas)]
 		if r == except || r.down && now.Before(r.downUntil) {
+			continue
+		}
+		if until, ok := r.lacks[model]; ok && now.Before(until) {
+			lacking++
 			continue
 		}
 		if r.name == prefer || rs.routing == RouteRoundRobin && prefer == "" {
@@ -135,6 +145,9 @@ func (rs *Replicas) acquire(prefer string, except *replica) (*replica, error) {
 		if best == nil || r.inFlight < best.inFlight {
 			best = r
 		}
+	}
+	if best == nil && lacking > 0 {
+		return nil, fmt.Errorf("%w (%s: %d of %d replicas do not serve %s and could not load it)", ErrNoReplica, rs.Model(), lacking, len(rs.replicas), model)
 	}
 	if best == nil {
 		return nil, fmt.Errorf("%w (%s: %d replicas, all failing)", ErrNoReplica, rs.Model(), len(rs.replicas))
@@ -176,6 +189,31 @@ func (rs *Replicas) markDownLocked(r *replica) {
 	if rs.outSince.IsZero() && !slices.ContainsFunc(rs.replicas, func(o *replica) bool { return !o.down }) {
 		rs.outSince = time.Now()
 	}
+}
+
+// restore loads the adapter model from path onto r, which answered that
+// it does not serve model (a restarted replica forgets the adapters loaded
+// at run time). Loads on one replica are serialised; an adapter some other
+// episode loaded meanwhile counts as loaded.
+func (rs *Replicas) restore(ctx context.Context, r *replica, model, path string) error {
+	r.loading.Lock()
+	defer r.loading.Unlock()
+	err := r.client.LoadLoRA(ctx, model, path)
+	if errors.Is(err, llm.ErrLoRALoaded) {
+		return nil
+	}
+	return err
+}
+
+// lack skips r for model for a while: it does not serve it and could not
+// load it. Other models still go to r.
+func (rs *Replicas) lack(r *replica, model string) {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	if r.lacks == nil {
+		r.lacks = map[string]time.Time{}
+	}
+	r.lacks[model] = time.Now().Add(maxBackoff)
 }
 
 // Outage reports since when no replica has answered (ok false while one

@@ -194,7 +194,7 @@ def read_inputs(cfg: TrainConfig) -> tuple[Any, dataset.Inputs]:
 def train(cfg: TrainConfig) -> dict[str, Any]:
     """Trains an adapter; returns the manifest written beside it."""
     from accelerate import Accelerator
-    from accelerate.utils import set_seed
+    from accelerate.utils import DistributedType, set_seed
     from transformers import get_linear_schedule_with_warmup
 
     cfg.validate()
@@ -208,9 +208,14 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
         raise InputError(f"{ckpt} holds a checkpoint of an interrupted run: pass --resume to continue it, or remove it")
 
     acc = Accelerator(mixed_precision=mixed_precision(cfg.precision), gradient_accumulation_steps=cfg.grad_accum,
-                      cpu=not torch.cuda.is_available())
+                      **engine_options())
     main = acc.is_main_process
+    if acc.num_processes > 1 and acc.distributed_type == DistributedType.NO:
+        raise InputError(f"{acc.num_processes} processes but no engine to join them (Accelerate chose none): "
+                         "launch with accelerate launch --config_file $(a2farm-train --config multi-gpu)")
     ds = acc.state.deepspeed_plugin
+    if ds is not None and ds.is_auto("train_micro_batch_size_per_gpu"):
+        ds.deepspeed_config["train_micro_batch_size_per_gpu"] = 1
     if ds is not None and ds.deepspeed_config.get("gradient_accumulation_steps") not in (None, "auto", cfg.grad_accum):
         raise InputError(f"the DeepSpeed config accumulates {ds.deepspeed_config['gradient_accumulation_steps']} micro-batches, "
                          f"--grad-accum says {cfg.grad_accum}: make them equal")
@@ -322,7 +327,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
         "truncated": data.truncated,
         "hyperparameters": cfg.hyperparameters(),
         "lora": lora_used,
-        "engine": {"processes": world, "distributed": str(acc.distributed_type), "mixed_precision": acc.mixed_precision,
+        "engine": {"processes": world, "distributed": acc.distributed_type.value, "mixed_precision": acc.mixed_precision,
                    "attention": attn, "device": str(acc.device)},
         "versions": versions(),
         "steps": history,
@@ -340,6 +345,26 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
         shutil.rmtree(ckpt)
     acc.wait_for_everyone()
     return manifest
+
+
+def engine_options() -> dict[str, Any]:
+    """Accelerator arguments for this machine. Without a GPU, Accelerate's
+    cpu mode gives plain data parallelism over gloo and never engages
+    DeepSpeed; when a launcher asks for DeepSpeed, the processes join a gloo
+    group instead, so ZeRO-3 runs (slowly) on CPU too, which is how the tests
+    run it. Accelerate has no FSDP on CPU: asking for it there is refused
+    rather than silently run as something else."""
+    from accelerate.utils import InitProcessGroupKwargs
+
+    if torch.cuda.is_available():
+        return {}
+    launched = os.environ.get("LOCAL_RANK") is not None
+    if launched and os.environ.get("ACCELERATE_USE_FSDP", "").lower() == "true":
+        raise InputError("FSDP needs GPUs (Accelerate runs it on GPUs only); on CPU use the deepspeed-zero3 or "
+                         "multi-gpu config with --num_processes N, or torchrun")
+    if launched and os.environ.get("ACCELERATE_USE_DEEPSPEED", "").lower() == "true":
+        return {"kwargs_handlers": [InitProcessGroupKwargs(backend="gloo")]}
+    return {"cpu": True}
 
 
 def lora_record(model: Any) -> dict[str, Any]:
@@ -374,16 +399,34 @@ def save_checkpoint(acc: Any, ckpt: str, fp: str, steps_done: int, history: list
     acc.wait_for_everyone()
 
 
+def adapter_state(acc: Any, wrapper: Any) -> dict[str, torch.Tensor]:
+    """The PEFT model's state on the main process, whole. Under ZeRO-3 only
+    the trainable (adapter) parameters are gathered, not the base model:
+    Accelerate's own gather would assemble every base weight in 16 bits on one
+    process, and refuses unless the config asked for it."""
+    from accelerate.utils import DistributedType
+
+    ds = acc.state.deepspeed_plugin
+    if acc.distributed_type == DistributedType.DEEPSPEED and ds is not None and ds.zero_stage == 3:
+        import deepspeed
+
+        model = acc.unwrap_model(wrapper).model
+        trainable = {n: p for n, p in model.named_parameters() if p.requires_grad}
+        with deepspeed.zero.GatheredParameters(list(trainable.values()), modifier_rank=None):
+            return {n: p.detach().to("cpu", copy=True) for n, p in trainable.items()}
+    state = acc.get_state_dict(wrapper)  # gathers FSDP shards
+    return {k[len("model."):]: v for k, v in state.items() if k.startswith("model.")}
+
+
 def save_adapter(acc: Any, wrapper: Any, out: str, manifest: dict[str, Any], overwrite: bool) -> None:
     """Writes the adapter and its manifest into a sibling folder, then renames
     it to out: out holds a finished adapter or nothing."""
-    state = acc.get_state_dict(wrapper)  # gathers ZeRO-3 / FSDP shards; every rank calls it
+    own = adapter_state(acc, wrapper)  # every rank calls it: it gathers shards
     if acc.is_main_process:
         tmp = out + ".partial"
         if os.path.exists(tmp):
             shutil.rmtree(tmp)
         peft_model = acc.unwrap_model(wrapper).model
-        own = {k[len("model."):]: v for k, v in state.items() if k.startswith("model.")}
         peft_model.save_pretrained(tmp, state_dict=own, safe_serialization=True)
         with open(os.path.join(tmp, MANIFEST_NAME), "w", encoding="utf-8") as f:
             json.dump(manifest, f, indent=1)

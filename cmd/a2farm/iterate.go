@@ -1,0 +1,652 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/cobra"
+
+	"github.com/a2farm/a2farm/coordinator"
+	"github.com/a2farm/a2farm/coordinator/iterate"
+	"github.com/a2farm/a2farm/internal/bus"
+	"github.com/a2farm/a2farm/internal/embednats"
+	"github.com/a2farm/a2farm/internal/gitrepo"
+	"github.com/a2farm/a2farm/internal/gold"
+	"github.com/a2farm/a2farm/internal/llm"
+	"github.com/a2farm/a2farm/learner"
+	"github.com/a2farm/a2farm/learner/metrics"
+	"github.com/a2farm/a2farm/schema"
+	"github.com/a2farm/a2farm/worker"
+	"github.com/a2farm/a2farm/worker/policy"
+	"github.com/a2farm/a2farm/worker/repoindex"
+)
+
+// iterateOptions are iterate's flags.
+type iterateOptions struct {
+	nats      natsFlags
+	run       runFlags
+	endpoints endpointFlags
+	cache     cacheFlags
+	learn     learnFlags
+
+	runID, datasetPath, reposDir, out string
+	evalDataset, evalRepos            string
+	shardsDir, trainer, trainModel    string
+	initAdapter                       string
+	iterations, samples               int
+	workers, concurrency, evalSamples int
+	resume                            bool
+	trainerGrace, shardTimeout        time.Duration
+}
+
+func newIterateCmd(e *env) *cobra.Command {
+	var o iterateOptions
+	cmd := &cobra.Command{
+		Use:   "iterate --run ID --dataset FILE --repos DIR --model BASE --base-url URL... --out DIR",
+		Short: "Run rollout–training iterations: serve adapter k−1 on every replica, roll out, train adapter k, evaluate, report",
+		Long: `iterate drives a run's iterations k = 1..--iterations against the policy server's
+replicas (--base-url, repeated; vLLM started with --enable-lora and
+VLLM_ALLOW_RUNTIME_LORA_UPDATING=True, or the trainer's stand-in server):
+
+  serve     adapter k−1 (--init-adapter for k = 1, else the one iteration k−1
+            trained; none: the base model --model) is loaded on every replica under
+            a name of its own, <run>-it<j>, and each replica must list it in
+            /v1/models and answer a request with it before anything is published
+  rollout   iteration k is published with that model (the jobs carry the
+            adapter's path, so a replica that restarted and forgot it gets it loaded
+            again), answered, and sharded by the learner
+  train     the trainer command (--trainer, a template) trains adapter k on
+            iteration k's shards, starting from adapter k−1, into DIR/adapters/it<k>
+  evaluate  adapter k plays --eval-dataset greedily (one sample per instance)
+
+and writes DIR/report.jsonl, one row per iteration (F1 per level, discovery–commit
+gap, advantages and weights, trainer loss, seconds per step).
+
+Without --nats the farm is embedded: NATS, --workers workers and a learner run in
+this process (the learner writes DIR/learner). With --nats the workers and the
+learner of a running farm do the work, and --shards names the learner's shards
+folder. The adapters' paths must be readable by the replicas.
+
+The driver's state is DIR/iterate.json: Ctrl-C exits 130 and --resume continues at
+the step it stopped in, never repeating a finished one.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runIterate(cmd.Context(), e, &o) },
+	}
+	o.nats.bind(cmd)
+	o.run.bind(cmd, "openai")
+	o.endpoints.bind(cmd)
+	o.cache.bind(cmd)
+	o.learn.bind(cmd, e)
+	f := cmd.Flags()
+	f.StringVar(&o.runID, "run", "", "run id; adapter j is served as <run>-it<j>")
+	f.StringVar(&o.datasetPath, "dataset", "", "training set: dataset JSONL or Parquet")
+	f.StringVar(&o.reposDir, "repos", envOr("A2FARM_REPOS", ""), "repositories named owner__name (env A2FARM_REPOS)")
+	f.StringVar(&o.out, "out", "", "the driver's folder: state, adapters, evaluations, report")
+	f.IntVar(&o.iterations, "iterations", 3, "rollout–training iterations")
+	f.IntVar(&o.samples, "samples", 8, "rollouts per instance and iteration")
+	f.StringVar(&o.trainer, "trainer", iterate.DefaultTrainer, "trainer command template, run by /bin/sh; placeholders {model} {init} {out} {shards} {run} {iteration} {resume} {sft}")
+	f.StringVar(&o.trainModel, "train-model", "", "the base model the trainer loads (a Hugging Face folder or name; default --model)")
+	f.StringVar(&o.initAdapter, "init-adapter", "", "adapter 0 (the SFT warm-up's), served for iteration 1 and trained from")
+	f.StringVar(&o.evalDataset, "eval-dataset", "", "held-out dataset each adapter plays greedily (none: no evaluation)")
+	f.StringVar(&o.evalRepos, "eval-repos", "", "repositories of --eval-dataset (default --repos)")
+	f.IntVar(&o.evalSamples, "eval-samples", 1, "greedy samples per held-out instance")
+	f.StringVar(&o.shardsDir, "shards", "", "with --nats: the running learner's shards folder (its --out/shards)")
+	f.IntVar(&o.workers, "workers", 2, "embedded farm: workers")
+	f.IntVar(&o.concurrency, "concurrency", 8, "episodes in flight per worker (and in the evaluation)")
+	f.BoolVar(&o.resume, "resume", false, "continue the driver's state in --out")
+	f.DurationVar(&o.trainerGrace, "trainer-grace", 2*time.Minute, "after Ctrl-C, how long the trainer may take to save its checkpoint before it is killed")
+	f.DurationVar(&o.shardTimeout, "shard-timeout", 10*time.Minute, "how long to wait for the learner to shard an iteration once every job has a trajectory")
+	return cmd
+}
+
+// iteratePlan is what iterate.json records of the flags that decide the
+// run's data: a resume with other values is refused. The trainer command,
+// the replicas' URLs and the number of iterations may change on resume (a
+// fixed trainer, a moved server, one iteration more).
+type iteratePlan struct {
+	Run, Dataset, Repos, Model, TrainModel, InitAdapter string
+	EvalDataset, Shards                                 string
+	Samples, EvalSamples                                int
+	Spec                                                schema.RunSpec
+}
+
+func runIterate(ctx context.Context, e *env, o *iterateOptions) (err error) {
+	if err := required("run", o.runID, "dataset", o.datasetPath, "repos", o.reposDir, "out", o.out); err != nil {
+		return err
+	}
+	if err := inputs("dataset", o.datasetPath, "repos", o.reposDir); err != nil {
+		return err
+	}
+	for _, c := range []error{checkRange("iterations", o.iterations, 1, 100), checkSamples(o.samples), checkRange("eval-samples", o.evalSamples, 1, worker.MaxSamples),
+		checkRange("workers", o.workers, 1, 256), checkConcurrency(o.concurrency)} {
+		if c != nil {
+			return c
+		}
+	}
+	if o.evalDataset != "" {
+		if err := inputs("eval-dataset", o.evalDataset); err != nil {
+			return err
+		}
+	}
+	if o.evalRepos == "" {
+		o.evalRepos = o.reposDir
+	}
+	if o.initAdapter != "" {
+		if err := isAdapter(o.initAdapter); err != nil {
+			return usagef("--init-adapter %s: %v", o.initAdapter, err)
+		}
+		if o.initAdapter, err = filepath.Abs(o.initAdapter); err != nil {
+			return err
+		}
+	}
+	external := o.shardsDir != ""
+	if !external && o.nats.cmd.Flags().Changed("nats") {
+		return usagef("--nats needs --shards: the running farm's learner writes the shards the trainer reads (without both, the farm is embedded)")
+	}
+	spec, err := o.run.spec()
+	if err != nil {
+		return err
+	}
+	if spec.Policy.Kind != schema.PolicyOpenAI {
+		return usagef("--policy %s: iterate serves adapters, so its policy is openai (--model names the base model)", spec.Policy.Kind)
+	}
+	if o.trainModel == "" {
+		o.trainModel = spec.Policy.Model
+	}
+	if _, err := iterate.TrainerCommand(o.trainer, iterate.TrainerVars{Out: "x"}); err != nil {
+		return usagef("--trainer: %v", err)
+	}
+	replicas, err := o.replicas()
+	if err != nil {
+		return err
+	}
+	policies, err := o.endpoints.registry()
+	if err != nil {
+		return err
+	}
+	index, err := o.cache.options(e.languages)
+	if err != nil {
+		return err
+	}
+	learn, err := o.learn.config()
+	if err != nil {
+		return err
+	}
+	if o.out, err = filepath.Abs(o.out); err != nil {
+		return err
+	}
+	plan := iteratePlan{Run: o.runID, Dataset: o.datasetPath, Repos: o.reposDir, Model: spec.Policy.Model, TrainModel: o.trainModel,
+		InitAdapter: o.initAdapter, EvalDataset: o.evalDataset, Shards: o.shardsDir, Samples: o.samples, EvalSamples: o.evalSamples, Spec: spec}
+	if st, err := iterate.Load(o.out); err != nil {
+		return err
+	} else if st != nil && !o.resume {
+		return usagef("--out %s holds an iterate run (iterate.json): pass --resume to continue it, or use another folder", o.out)
+	} else if st == nil && o.resume {
+		return usagef("--resume: %s holds no iterate run", o.out)
+	}
+
+	report, err := coordinator.RunGold(ctx, coordinator.GoldConfig{Dataset: o.datasetPath, ReposDir: o.reposDir,
+		Languages: e.languages, MaxEditFiles: gold.DefaultMaxEditFiles, Log: e.log})
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(o.out, 0o755); err != nil {
+		return err
+	}
+	s := &iterateSteps{e: e, o: o, spec: spec, replicas: replicas, policies: policies, index: index, gold: report}
+
+	var farm *embeddedFarm
+	if !external {
+		farm, err = startEmbeddedFarm(ctx, e, filepath.Join(o.out, "farm"), o.workers, o.concurrency, policies, index, learn, o.reposDir)
+		if err != nil {
+			return err
+		}
+		defer farm.stop()
+		s.bus, s.shards = farm.bus, filepath.Join(farm.learnerOut, "shards")
+	} else {
+		member, err := joinFarm(ctx, e, &o.nats, &metricsFlags{}, "iterate")
+		if err != nil {
+			return err
+		}
+		defer member.leave()
+		s.bus, s.shards = member.bus, o.shardsDir
+	}
+
+	reportPath := filepath.Join(o.out, "report.jsonl")
+	rows, err := iterate.Run(ctx, iterate.Config{Dir: o.out, Iterations: o.iterations, Plan: plan, Resume: o.resume, Steps: s,
+		OnStep: func(k int, step iterate.Step, finished bool, err error) {
+			switch {
+			case !finished && err == nil:
+				fmt.Fprintf(e.stderr, "iteration %d: %s…\n", k, step)
+			case finished:
+				fmt.Fprintf(e.stderr, "iteration %d: %s done\n", k, step)
+			}
+		},
+		OnRow: func(r iterate.Row) { printIterationRow(e, r) }})
+	if werr := writeIterateReport(reportPath, rows); werr != nil && err == nil {
+		err = werr
+	}
+	var step *iterate.StepError
+	switch {
+	case err == nil:
+		fmt.Fprintf(e.stdout, "%d iterations done; report %s\n", o.iterations, reportPath)
+		return nil
+	case ctx.Err() != nil:
+		where := "before the first step"
+		if errors.As(err, &step) {
+			where = fmt.Sprintf("in iteration %d, step %s", step.Iteration, step.Step)
+		}
+		return &interruptedError{fmt.Sprintf("stopped %s; the same command with --resume continues there (state %s)",
+			where, filepath.Join(o.out, iterate.StateName))}
+	case errors.As(err, &step):
+		return fmt.Errorf("%w (fix it, then the same command with --resume continues at this step)", err)
+	case errors.Is(err, iterate.ErrStateExists):
+		return &usageError{err}
+	default:
+		var pm *iterate.PlanMismatchError
+		if errors.As(err, &pm) {
+			return &usageError{err}
+		}
+		return err
+	}
+}
+
+// replicas are the servers adapters are loaded onto: the --base-url ones.
+func (o *iterateOptions) replicas() ([]iterate.Replica, error) {
+	if len(o.endpoints.endpoints) > 0 {
+		return nil, usagef("iterate loads adapters onto --base-url replicas (any model name); --endpoint MODEL=URL serves fixed names")
+	}
+	var out []iterate.Replica
+	for _, u := range o.endpoints.baseURLs {
+		if u = strings.TrimSpace(u); u == "" {
+			continue
+		}
+		c, err := llm.New(llm.Config{BaseURL: u, APIKey: os.Getenv(o.endpoints.keyEnv), Timeout: o.endpoints.timeout, MaxRetries: 2})
+		if err != nil {
+			return nil, &usageError{err}
+		}
+		out = append(out, iterate.Replica{Name: policy.RedactURL(u), Client: c})
+	}
+	if len(out) == 0 {
+		return nil, usagef("iterate needs the policy server's replicas: --base-url URL, once per replica")
+	}
+	return out, nil
+}
+
+// isAdapter checks that dir holds a PEFT adapter.
+func isAdapter(dir string) error {
+	if _, err := os.Stat(filepath.Join(dir, "adapter_config.json")); err != nil {
+		return errors.New("no adapter_config.json (not a PEFT adapter folder)")
+	}
+	return nil
+}
+
+// iterateSteps does iterate's steps against a farm.
+type iterateSteps struct {
+	e        *env
+	o        *iterateOptions
+	spec     schema.RunSpec
+	replicas []iterate.Replica
+	policies *policy.Registry
+	index    repoindex.BuildOptions
+	gold     *coordinator.GoldReport
+	bus      *bus.Bus
+	shards   string // the learner's shards tree
+}
+
+// adapterDir is where iteration k's adapter is trained.
+func (s *iterateSteps) adapterDir(k int) string {
+	return filepath.Join(s.o.out, "adapters", fmt.Sprintf("it%d", k))
+}
+
+// adapter is the adapter the policy has after iteration k: the one k
+// trained, else (no training data) the one before, down to --init-adapter;
+// j is its version (-1 with path "": the base model).
+func (s *iterateSteps) adapter(k int) (j int, path string) {
+	for ; k >= 1; k-- {
+		if isAdapter(s.adapterDir(k)) == nil {
+			return k, s.adapterDir(k)
+		}
+	}
+	if s.o.initAdapter != "" {
+		return 0, s.o.initAdapter
+	}
+	return -1, ""
+}
+
+// policyOf is the run spec's policy with adapter j (the base model for -1).
+func (s *iterateSteps) policyOf(j int, path string) schema.Policy {
+	p := s.spec.Policy
+	if j >= 0 {
+		p.Model, p.Adapter, p.Version = iterate.AdapterName(s.o.runID, j), path, fmt.Sprintf("it%d", j)
+	} else {
+		p.Version = "base"
+	}
+	return p
+}
+
+func (s *iterateSteps) Serve(ctx context.Context, k int) error {
+	j, path := s.adapter(k - 1)
+	if j < 0 {
+		for _, r := range s.replicas {
+			if err := iterate.Confirm(ctx, r, s.spec.Policy.Model, ""); err != nil {
+				return fmt.Errorf("replica %s: %w", r.Name, err)
+			}
+		}
+		return nil
+	}
+	return iterate.Deploy(ctx, s.replicas, iterate.AdapterName(s.o.runID, j), path)
+}
+
+func (s *iterateSteps) Rollout(ctx context.Context, k int) (iterate.RolloutResult, error) {
+	j, path := s.adapter(k - 1)
+	spec := s.spec
+	spec.Policy = s.policyOf(j, path)
+	progress, finish := s.e.progress("published")
+	pub, err := coordinator.Publish(ctx, coordinator.RunConfig{Bus: s.bus, RunID: s.o.runID, Iteration: int64(k),
+		Instances: s.gold.Instances, Gold: s.gold.Locations(), Samples: s.o.samples, Spec: spec, Progress: progress})
+	finish()
+	if err != nil {
+		return iterate.RolloutResult{}, err
+	}
+	if !pub.Complete {
+		if err := waitForRun(ctx, s.e, s.bus, pub.Manifest, s.gold.Instances, 0); err != nil {
+			return iterate.RolloutResult{}, err
+		}
+	}
+	if err := s.waitSharded(ctx, k); err != nil {
+		return iterate.RolloutResult{}, err
+	}
+	r, err := shardStats(filepath.Join(s.shards, s.o.runID, fmt.Sprint(k)))
+	r.Model, r.Jobs = spec.Policy.Model, pub.Manifest.Expected
+	return r, err
+}
+
+// waitSharded waits until the learner reports every group of iteration k
+// sharded.
+func (s *iterateSteps) waitSharded(ctx context.Context, k int) error {
+	deadline := time.Now().Add(s.o.shardTimeout)
+	said := false
+	for {
+		st, err := coordinator.Status(ctx, s.bus, s.o.runID, time.Now())
+		if err == nil {
+			for _, r := range st.Runs {
+				if r.Iteration == int64(k) && r.Groups > 0 && r.Sharded >= r.Groups {
+					return nil
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the learner has not sharded iteration %d within --shard-timeout %s (is a learner running? a2farm status --run %s)", k, s.o.shardTimeout, s.o.runID)
+		}
+		if !said {
+			fmt.Fprintf(s.e.stderr, "iteration %d: every job answered; waiting for the learner to shard its groups\n", k)
+			said = true
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+func (s *iterateSteps) Train(ctx context.Context, k int) (iterate.TrainResult, error) {
+	out := s.adapterDir(k)
+	shards := filepath.Join(s.shards, s.o.runID, fmt.Sprint(k))
+	stats, err := shardStats(shards)
+	if err != nil {
+		return iterate.TrainResult{}, err
+	}
+	if stats.Rows == 0 {
+		_, prev := s.adapter(k - 1)
+		return iterate.TrainResult{Adapter: prev, Skipped: fmt.Sprintf("iteration %d wrote no training row (no turn carries a weight): adapter %d is adapter %d", k, k, k-1)}, nil
+	}
+	if isAdapter(out) != nil {
+		_, init := s.adapter(k - 1)
+		_, ckptErr := os.Stat(out + ".checkpoint")
+		line, err := iterate.TrainerCommand(s.o.trainer, iterate.TrainerVars{Model: s.o.trainModel, Init: init, Out: out, Shards: s.shards,
+			Run: s.o.runID, Iteration: k, Resume: ckptErr == nil})
+		if err != nil {
+			return iterate.TrainResult{}, err
+		}
+		fmt.Fprintf(s.e.stderr, "iteration %d: %s\n", k, line)
+		if err := iterate.RunTrainer(ctx, line, s.e.stderr, s.o.trainerGrace); err != nil {
+			return iterate.TrainResult{}, err
+		}
+		if err := isAdapter(out); err != nil {
+			return iterate.TrainResult{}, fmt.Errorf("the trainer exited 0 but %s holds no adapter: %v", out, err)
+		}
+	}
+	return trainStats(out)
+}
+
+func (s *iterateSteps) Evaluate(ctx context.Context, k int) (iterate.EvalResult, bool, error) {
+	if s.o.evalDataset == "" {
+		return iterate.EvalResult{}, false, nil
+	}
+	j, path := s.adapter(k)
+	if j >= 0 {
+		if err := iterate.Deploy(ctx, s.replicas, iterate.AdapterName(s.o.runID, j), path); err != nil {
+			return iterate.EvalResult{}, false, err
+		}
+	}
+	spec := s.spec
+	spec.Policy = s.policyOf(j, path)
+	spec.Sampling.Temperature, spec.Sampling.TopP = 0, 0
+	spec.Branching = schema.Branching{}
+	repos := gitrepo.NewSet(s.o.evalRepos)
+	defer repos.Close()
+	golds, err := coordinator.RunGold(ctx, coordinator.GoldConfig{Dataset: s.o.evalDataset, ReposDir: s.o.evalRepos,
+		Languages: s.e.languages, MaxEditFiles: gold.DefaultMaxEditFiles, Log: s.e.log})
+	if err != nil {
+		return iterate.EvalResult{}, false, err
+	}
+	out := filepath.Join(s.o.out, "eval", fmt.Sprintf("it%d", k))
+	_, statErr := os.Stat(out)
+	progress, finish := s.e.progress("evaluation")
+	res, err := worker.Localize(ctx, worker.LocalizeConfig{Instances: golds.Instances, Repos: repos, Spec: spec, Policies: s.policies,
+		Index: s.index, Samples: s.o.evalSamples, Concurrency: s.o.concurrency, Out: out, Resume: statErr == nil,
+		Grace: worker.DefaultLocalizeGrace, Abort: s.e.abort, Log: s.e.log, Progress: progress, OutageBudget: s.o.endpoints.outageBudget})
+	finish()
+	if err != nil {
+		return iterate.EvalResult{}, false, err
+	}
+	gs := make([]schema.Gold, len(golds.Rows))
+	for i, r := range golds.Rows {
+		gs[i] = r.Gold
+	}
+	var preds []schema.LocOutput
+	for _, tr := range res.Trajectories {
+		preds = append(preds, schema.LocOutput{InstanceID: tr.InstanceID, Sample: tr.Sample,
+			Files: tr.Predictions.Files, Modules: tr.Predictions.Modules, Entities: tr.Predictions.Entities})
+	}
+	rep, err := metrics.Evaluate(preds, gs, metrics.EvalOptions{Languages: s.e.languages})
+	if err != nil {
+		return iterate.EvalResult{}, false, err
+	}
+	stats := metrics.TrajectoryStats(res.Trajectories, gs, s.e.languages)
+	r := iterate.EvalResult{Instances: rep.Instances, F1: map[string]float64{}, DCGapFile: stats["file.dc_gap"]}
+	for _, level := range []string{"file", "module", "function"} {
+		r.F1[level] = rep.Overall[level+".f1"]
+	}
+	return r, true, nil
+}
+
+// shardStats sums the learner's manifests of one run iteration.
+func shardStats(dir string) (iterate.RolloutResult, error) {
+	var r iterate.RolloutResult
+	var advSum, advSq, dcSum, wSum float64
+	var wN int
+	paths, err := filepath.Glob(filepath.Join(dir, "*", "manifest.json"))
+	if err != nil {
+		return r, err
+	}
+	for _, p := range paths {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return r, err
+		}
+		var m struct {
+			Rows   int `json:"rows"`
+			Params struct {
+				Diagnostics learner.Diagnostics `json:"diagnostics"`
+			} `json:"params"`
+		}
+		if err := json.Unmarshal(data, &m); err != nil {
+			return r, fmt.Errorf("%s: %w", p, err)
+		}
+		r.Groups++
+		r.Rows += m.Rows
+		d := m.Params.Diagnostics
+		r.Trajectories += d.Trajectories
+		r.Steps += d.Steps
+		n := float64(d.Steps)
+		advSum += d.AdvantageMean * n
+		advSq += (d.AdvantageStd*d.AdvantageStd + d.AdvantageMean*d.AdvantageMean) * n
+		dcSum += d.DCGapFile * float64(d.Trajectories)
+		for i, c := range d.WeightHistogram {
+			wSum += (float64(i) + 0.5) * 0.25 * float64(c)
+			wN += c
+		}
+	}
+	if r.Steps > 0 {
+		r.AdvantageMean = advSum / float64(r.Steps)
+		r.AdvantageStd = math.Sqrt(max(0, advSq/float64(r.Steps)-r.AdvantageMean*r.AdvantageMean))
+	}
+	if r.Trajectories > 0 {
+		r.DCGapFile = dcSum / float64(r.Trajectories)
+	}
+	if wN > 0 {
+		r.WeightMean = wSum / float64(wN)
+	}
+	return r, nil
+}
+
+// trainStats reads what the trainer's manifest says of a run.
+func trainStats(dir string) (iterate.TrainResult, error) {
+	data, err := os.ReadFile(filepath.Join(dir, "train_manifest.json"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return iterate.TrainResult{Adapter: dir}, nil // trained by another trainer: no figures
+	}
+	if err != nil {
+		return iterate.TrainResult{}, err
+	}
+	var m struct {
+		Steps []struct {
+			Loss    float64 `json:"loss"`
+			Seconds float64 `json:"seconds"`
+		} `json:"steps"`
+		TokensPerSecond float64 `json:"tokens_per_second"`
+	}
+	if err := json.Unmarshal(data, &m); err != nil {
+		return iterate.TrainResult{}, fmt.Errorf("%s: %w", filepath.Join(dir, "train_manifest.json"), err)
+	}
+	r := iterate.TrainResult{Adapter: dir, Steps: len(m.Steps), TokensPerSecond: m.TokensPerSecond}
+	if n := len(m.Steps); n > 0 {
+		r.LossFirst, r.LossLast = m.Steps[0].Loss, m.Steps[n-1].Loss
+		secs := 0.0
+		for _, st := range m.Steps {
+			secs += st.Seconds
+		}
+		r.SecondsPerStep = secs / float64(n)
+	}
+	return r, nil
+}
+
+func printIterationRow(e *env, r iterate.Row) {
+	var b strings.Builder
+	fmt.Fprintf(&b, "iteration %d:", r.Iteration)
+	if ro := r.Rollout; ro != nil {
+		fmt.Fprintf(&b, " rollout with %s: %d trajectories, %d rows, advantage %.3f±%.3f, weight %.2f, dc gap %.3f;",
+			ro.Model, ro.Trajectories, ro.Rows, ro.AdvantageMean, ro.AdvantageStd, ro.WeightMean, ro.DCGapFile)
+	}
+	if t := r.Train; t != nil {
+		if t.Skipped != "" {
+			fmt.Fprintf(&b, " train skipped (%s);", t.Skipped)
+		} else {
+			fmt.Fprintf(&b, " train %d steps, loss %.4f → %.4f, %.2f s/step;", t.Steps, t.LossFirst, t.LossLast, t.SecondsPerStep)
+		}
+	}
+	if ev := r.Eval; ev != nil {
+		fmt.Fprintf(&b, " eval F1 file %.3f module %.3f function %.3f (%d instances)", ev.F1["file"], ev.F1["module"], ev.F1["function"], ev.Instances)
+	}
+	fmt.Fprintln(e.stdout, strings.TrimSuffix(b.String(), ";"))
+}
+
+func writeIterateReport(path string, rows []iterate.Row) error {
+	var b strings.Builder
+	for _, r := range rows {
+		data, err := json.Marshal(r)
+		if err != nil {
+			return err
+		}
+		b.Write(data)
+		b.WriteByte('\n')
+	}
+	return os.WriteFile(path, []byte(b.String()), 0o644)
+}
+
+// embeddedFarm is NATS, workers and a learner in this process, up for
+// every iteration.
+type embeddedFarm struct {
+	bus        *bus.Bus
+	learnerOut string
+	stop       func()
+}
+
+func startEmbeddedFarm(ctx context.Context, e *env, dir string, workers, concurrency int, policies *policy.Registry,
+	index repoindex.BuildOptions, learn learner.Config, reposDir string) (*embeddedFarm, error) {
+	ns, err := embednats.Start(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true,
+		StoreDir: filepath.Join(dir, "nats"), NoLog: true})
+	if err != nil {
+		return nil, err
+	}
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		embednats.Stop(ns)
+		return nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		embednats.Stop(ns)
+		return nil, err
+	}
+	b, err := bus.Open(ctx, js, bus.DefaultConfig())
+	if err != nil {
+		nc.Close()
+		embednats.Stop(ns)
+		return nil, err
+	}
+	repos := gitrepo.NewSet(reposDir)
+	learnerOut := filepath.Join(dir, "learner")
+	// The roles run until the driver is done, not until Ctrl-C: a stopped
+	// driver lets them finish their current work (two-phase stop).
+	rolesCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	roles := startRoles(rolesCtx, workers, func(ctx context.Context, i int) error {
+		return worker.Run(ctx, worker.Config{Bus: b, Repos: repos, Policies: policies, Index: index, Concurrency: concurrency,
+			Grace: worker.DefaultLocalizeGrace, Abort: e.abort, WorkerID: fmt.Sprintf("iterate-%d", i), Version: version(), Log: e.log})
+	}, func(ctx context.Context, closed func()) error {
+		return learner.Serve(ctx, learner.ServiceConfig{Bus: b, Out: learnerOut, Learner: learn, Log: e.log,
+			OnGroupClosed: func(string, int64, string, int, int) { closed() }})
+	}, func() bool { return true })
+	return &embeddedFarm{bus: b, learnerOut: learnerOut, stop: func() {
+		cancel()
+		roles.stop()
+		repos.Close()
+		nc.Close()
+		embednats.Stop(ns)
+	}}, nil
+}

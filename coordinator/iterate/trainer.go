@@ -1,0 +1,121 @@
+package iterate
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"runtime"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// DefaultTrainer is the trainer command template: a2farm-train on one
+// machine. Every {name} is replaced by the value of the iteration, shell-
+// quoted; {init} and {resume} expand to whole flags or to nothing.
+const DefaultTrainer = "a2farm-train --model {model} {init} --out {out} --run {run} --iteration {iteration} {resume} {shards}"
+
+// TrainerVars are the values a trainer command template receives.
+type TrainerVars struct {
+	Model     string // the base model the adapter is trained on
+	Init      string // adapter k−1's folder; empty for none
+	Out       string // adapter k's folder
+	Shards    string // the shards tree
+	Run       string
+	Iteration int
+	Resume    bool // the trainer left a checkpoint: continue it
+	SFT       bool // the warm-up: SFT shards
+}
+
+// TrainerCommand expands a template into a shell command line.
+func TrainerCommand(template string, v TrainerVars) (string, error) {
+	init := ""
+	if v.Init != "" {
+		init = "--init-adapter " + quote(v.Init)
+	}
+	resume := ""
+	if v.Resume {
+		resume = "--resume"
+	}
+	sft := ""
+	if v.SFT {
+		sft = "--sft"
+	}
+	vars := map[string]string{
+		"{model}": quote(v.Model), "{init}": init, "{out}": quote(v.Out), "{shards}": quote(v.Shards),
+		"{run}": quote(v.Run), "{iteration}": fmt.Sprint(v.Iteration), "{resume}": resume, "{sft}": sft,
+	}
+	if !strings.Contains(template, "{out}") {
+		return "", fmt.Errorf("trainer template %q has no {out}: the driver must say where adapter k goes", template)
+	}
+	keys := make([]string, 0, len(vars))
+	for k := range vars {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	pairs := make([]string, 0, 2*len(keys))
+	for _, k := range keys {
+		pairs = append(pairs, k, vars[k])
+	}
+	out := strings.NewReplacer(pairs...).Replace(template)
+	if i := strings.IndexByte(out, '{'); i >= 0 {
+		if j := strings.IndexByte(out[i:], '}'); j > 0 && !strings.ContainsAny(out[i:i+j], " \t") {
+			return "", fmt.Errorf("trainer template: unknown placeholder %s (known: {model} {init} {out} {shards} {run} {iteration} {resume} {sft})", out[i:i+j+1])
+		}
+	}
+	return strings.Join(strings.Fields(out), " "), nil
+}
+
+// quote makes s one shell word.
+func quote(s string) string {
+	if s != "" && strings.IndexFunc(s, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_./:=+@,", r))
+	}) < 0 {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// RunTrainer runs a command line through the shell, its output to w. When
+// ctx ends the command is sent SIGINT (the trainer saves a checkpoint and
+// exits 130) and, if it has not stopped within grace, killed.
+func RunTrainer(ctx context.Context, line string, w io.Writer, grace time.Duration) error {
+	cmd := exec.Command("/bin/sh", "-c", line)
+	if runtime.GOOS == "windows" {
+		return fmt.Errorf("the trainer command needs a POSIX shell")
+	}
+	cmd.Stdout, cmd.Stderr = w, w
+	cmd.Env = os.Environ()
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // the signal goes to the whole command
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start the trainer: %w", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		return exitError(line, err)
+	case <-ctx.Done():
+	}
+	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGINT)
+	select {
+	case <-done:
+	case <-time.After(grace):
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		<-done
+	}
+	return ctx.Err()
+}
+
+func exitError(line string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if ee, ok := err.(*exec.ExitError); ok {
+		return fmt.Errorf("the trainer exited %d (%s)", ee.ExitCode(), line)
+	}
+	return fmt.Errorf("the trainer: %w (%s)", err, line)
+}

@@ -1,0 +1,183 @@
+"""The loop end to end on CPU: `a2farm iterate` on its embedded farm, the
+stand-in server (run-time LoRA loads onto the tiny model) as the policy's
+replica, and this package's trainer as the trainer command — two
+iterations, Ctrl-C in the training step and --resume, and a replica that
+restarts (forgetting every adapter) in the middle of a rollout.
+
+The replies are scripted (a random tiny model writes no tool call), so the
+test shows the loop's plumbing — which adapter served which iteration, what
+was loaded where and in what order, that no sample is lost — not learning."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from a2farm_trainer.serve import Adapters, Server
+
+
+def varied_policy(tok):
+    """Replies as Qwen3 writes them; even samples read the method and answer
+    right, odd ones search again and answer the wrong file, so a group's
+    rewards differ and its turns carry weights."""
+
+    def reply(prompt_ids: list[int], req: dict[str, Any]) -> list[int]:
+        turn = sum(1 for m in req["messages"] if m["role"] == "assistant")
+        right = (int(req.get("seed", 0)) - turn) % 2 == 0
+        if turn == 0:
+            name, args = "search_code_snippets", {"search_terms": ["remove_item", "KeyError"]}
+        elif turn == 1 and right:
+            name, args = "get_entity_contents", {"entity_names": ["inventory/models.py:Warehouse.remove_item"]}
+        elif turn == 1:
+            name, args = "search_code_snippets", {"search_terms": ["discount"]}
+        else:
+            where = "inventory/models.py\nfunction: Warehouse.remove_item" if right else "inventory/pricing.py"
+            name, args = "finish", {"answer": f"```\n{where}\n```"}
+        body = f"<think>\nTurn {turn}.\n</think>\n\n<tool_call>\n" + json.dumps({"name": name, "arguments": args}) + "\n</tool_call>" + tok.eos_token
+        return list(tok(body, add_special_tokens=False)["input_ids"])
+
+    return reply
+
+
+class Replica:
+    """The stand-in server on a fixed port, restartable: a restart starts a
+    fresh server (a fresh copy of the model), which has forgotten every
+    adapter, as a restarted vLLM has."""
+
+    def __init__(self, model_dir: str, tok) -> None:
+        self.model_dir, self.tok = model_dir, tok
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.servers: list[Server] = []
+        self.start()
+
+    def start(self, adapters: Adapters | None = None) -> None:
+        adapters = adapters or self.fresh()
+        srv = Server(self.tok, {"base": varied_policy(self.tok)}, port=self.port, adapters=adapters, base_name="base")
+        self.servers.append(srv.start())
+
+    def fresh(self) -> Adapters:
+        from transformers import AutoModelForCausalLM
+
+        return Adapters(AutoModelForCausalLM.from_pretrained(self.model_dir).eval())
+
+    @property
+    def server(self) -> Server:
+        return self.servers[-1]
+
+    def restart(self) -> None:
+        adapters = self.fresh()  # loaded first: the port is closed for a moment only
+        self.server.stop()
+        self.start(adapters)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def models(self) -> list[str]:
+        return [r["model"] for s in self.servers for r in s.requests]
+
+
+@pytest.fixture()
+def loop(tmp_path: Path, a2farm_bin: str, tiny_model: str, tokenizer):
+    sample = tmp_path / "sample"
+    subprocess.run([a2farm_bin, "sample", "--out", str(sample)], check=True, capture_output=True)
+    replica = Replica(tiny_model, tokenizer)
+    import a2farm_trainer
+
+    src = str(Path(a2farm_trainer.__file__).resolve().parents[1])
+    trainer = (f"{sys.executable} -m a2farm_trainer --model {{model}} {{init}} --out {{out}} --run {{run}} "
+               "--iteration {iteration} {resume} {shards} --no-progress --lr 5e-3 --warmup-steps 0 --epochs 1 "
+               "--token-budget 8000 --max-length 8000")
+    args = [a2farm_bin, "iterate", "--run", "r", "--dataset", str(sample / "dataset.jsonl"), "--repos", str(sample / "repos"),
+            "--eval-dataset", str(sample / "dataset.jsonl"), "--out", str(tmp_path / "it"), "--model", "base",
+            "--base-url", replica.url, "--train-model", tiny_model, "--trainer", trainer, "--samples", "2",
+            "--workers", "1", "--concurrency", "4", "--return-token-ids", "--cache", str(tmp_path / "cache")]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([src, os.environ.get("PYTHONPATH", "")]), PYTHONUNBUFFERED="1")
+    yield replica, args, env, tmp_path / "it"
+    replica.server.stop()
+
+
+def test_two_iterations_end_to_end_through_ctrl_c_and_a_replica_restart(loop) -> None:
+    replica, args, env, out = loop
+
+    # Iteration 1, stopped in its training step, then resumed.
+    p = subprocess.Popen([*args, "--iterations", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    err = ""
+    assert p.stderr is not None
+    for line in p.stderr:
+        err += line
+        if "iteration 1: train…" in line:
+            time.sleep(3)  # the trainer has started
+            p.send_signal(signal.SIGINT)
+            break
+    rest, _ = p.communicate(timeout=300)
+    err += p.stderr.read() if not p.stderr.closed else ""
+    assert p.returncode == 130, err[-3000:]
+    state = json.loads((out / "iterate.json").read_text())
+    assert [(d["iteration"], d["step"]) for d in state["done"]] == [(1, "serve"), (1, "rollout")]
+
+    r = subprocess.run([*args, "--iterations", "1", "--resume"], capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "iteration 1: rollout…" not in r.stderr  # not repeated
+    first = json.loads((out / "adapters/it1/train_manifest.json").read_text())
+    assert first["init_adapter"] is None and first["steps"]
+
+    # Iteration 2: the replica restarts in the middle of the rollout and
+    # forgets r-it1; the episodes there load it again and go on.
+    evaluated = replica.models().count("r-it1")  # adapter 1's evaluation
+
+    def restart_mid_rollout() -> None:
+        while replica.models().count("r-it1") < evaluated + 6:
+            time.sleep(0.02)
+        replica.restart()
+
+    restarter = threading.Thread(target=restart_mid_rollout, daemon=True)
+    served_before = len(replica.servers)
+    restarter.start()
+    r = subprocess.run([*args, "--iterations", "2", "--resume"], capture_output=True, text=True, env=env, timeout=600)
+    restarter.join(timeout=5)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert len(replica.servers) == served_before + 1, "the replica was not restarted during the rollout"
+
+    # What was loaded where, in order. Before the restart: r-it1 to
+    # evaluate adapter 1, and again by iteration 2's serve step (answered
+    # "already loaded": it is). After it: r-it1 by the episodes that found
+    # it missing (each of those in flight at once asks), then r-it2 to
+    # evaluate adapter 2.
+    before, after = ([(op, name) for op, name, _ in s.loads] for s in replica.servers)
+    assert before == [("load", "r-it1"), ("load", "r-it1")]
+    assert after[:-1] == [("load", "r-it1")] * (len(after) - 1) and len(after) >= 2
+    assert after[-1] == ("load", "r-it2")
+
+    rows = [json.loads(x) for x in (out / "report.jsonl").read_text().splitlines()]
+    assert [row["iteration"] for row in rows] == [1, 2]
+    assert [row["rollout"]["model"] for row in rows] == ["base", "r-it1"]
+    for row in rows:
+        assert row["rollout"]["trajectories"] == 12 and row["rollout"]["rows"] > 0
+        assert row["train"]["steps"] > 0 and row["train"]["loss_last"] > 0
+        assert set(row["eval"]["f1"]) == {"file", "module", "function"} and row["eval"]["instances"] == 6
+        assert set(row["seconds"]) == {"serve", "rollout", "train", "evaluate"}
+    second = json.loads((out / "adapters/it2/train_manifest.json").read_text())
+    assert second["init_adapter"] == str(out / "adapters/it1")
+
+    # Every job was answered once, by the model of its iteration, none as
+    # the policy's error (the restart cost no sample).
+    jobs: dict[str, tuple[int, str, str]] = {}
+    for f in sorted((out / "farm/learner/archive").rglob("*.arrow")):
+        lines = subprocess.run([args[0], "export", "--in", str(f), "--out", "-"], check=True, capture_output=True, text=True).stdout
+        for line in lines.splitlines():
+            t = json.loads(line)
+            jobs[t["job_id"]] = (t["iteration"], t["policy"]["model"], t["status"])
+    assert sorted(jobs.values()) == [(1, "base", "ok")] * 12 + [(2, "r-it1", "ok")] * 12
