@@ -43,10 +43,7 @@ func deployOne(ctx context.Context, r Replica, name, path string) error {
 	if err != nil && !errors.Is(err, llm.ErrLoRALoaded) {
 		return fmt.Errorf("load adapter %s from %s: %w", name, path, err)
 	}
-	if err := Confirm(ctx, r, name, path); err != nil {
-		return err
-	}
-	return nil
+	return Confirm(ctx, r, name, path)
 }
 
 // Confirm checks that r serves name (from path, when path is not empty)

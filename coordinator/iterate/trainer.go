@@ -4,9 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
 	"os/exec"
-	"runtime"
 	"sort"
 	"strings"
 	"syscall"
@@ -84,11 +82,7 @@ func quote(s string) string {
 // exits 130) and, if it has not stopped within grace, killed.
 func RunTrainer(ctx context.Context, line string, w io.Writer, grace time.Duration) error {
 	cmd := exec.Command("/bin/sh", "-c", line)
-	if runtime.GOOS == "windows" {
-		return fmt.Errorf("the trainer command needs a POSIX shell")
-	}
 	cmd.Stdout, cmd.Stderr = w, w
-	cmd.Env = os.Environ()
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // the signal goes to the whole command
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start the trainer: %w", err)
