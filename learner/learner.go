@@ -285,7 +285,7 @@ func clampBin(i, n int) int { return max(0, min(n-1, i)) }
 
 // SFTRows selects teacher trajectories for the supervised warm-up, as the
 // paper does: per instance, among trajectories whose answer matches the
-// gold (leniently) at every level with gold, the one with the highest
+// gold (leniently) at every level, the one with the highest
 // file discovery recall, ties to the fewest steps. Every assistant turn
 // gets weight 1 (write them with KeepUnsuccessful).
 func SFTRows(res *Result) []Labeled {
@@ -322,7 +322,8 @@ func SFTRows(res *Result) []Labeled {
 }
 
 // matchesEveryLevel: at least one lenient match at each level (an F1
-// above zero implies one).
+// above zero implies one). As in the reference, a level whose gold is
+// empty has no match, so such an instance never gives SFT rows.
 func matchesEveryLevel(lt Labeled) bool {
 	for _, f1 := range lt.Labels.F1 {
 		if f1 == 0 {

@@ -42,6 +42,10 @@ type LocalizeConfig struct {
 	}
 	Index   repoindex.BuildOptions
 	Samples int
+	// FirstSample numbers the samples FirstSample..FirstSample+Samples-1,
+	// so that a run playing an instance again (a teacher's next try) plays
+	// new jobs: other job ids, other seeds. Branching needs it 0.
+	FirstSample int64
 	// Concurrency bounds episodes in flight (default 4).
 	Concurrency int
 	RunID       string
@@ -84,6 +88,10 @@ func (c *LocalizeConfig) validate() error {
 		return fmt.Errorf("concurrency must be >= 0, got %d", c.Concurrency)
 	case c.Grace < 0:
 		return fmt.Errorf("grace must be >= 0, got %s", c.Grace)
+	case c.FirstSample < 0:
+		return fmt.Errorf("first sample must be >= 0, got %d", c.FirstSample)
+	case c.FirstSample > 0 && c.Spec.Branching.On():
+		return errors.New("localize: branching plans from samples 0..N-1; FirstSample must be 0")
 	}
 	return nil
 }
@@ -127,7 +135,7 @@ func Localize(ctx context.Context, cfg LocalizeConfig) (LocalizeResult, error) {
 			return LocalizeResult{}, err
 		}
 	}
-	done, err := openLocalizeOut(cfg.Out, localizeManifest{RunID: cfg.RunID, Samples: cfg.Samples, Spec: cfg.Spec}, cfg.Resume)
+	done, err := openLocalizeOut(cfg.Out, localizeManifest{RunID: cfg.RunID, Samples: cfg.Samples, FirstSample: cfg.FirstSample, Spec: cfg.Spec}, cfg.Resume)
 	if err != nil {
 		return LocalizeResult{}, err
 	}
@@ -262,7 +270,7 @@ func (cfg *LocalizeConfig) runInstance(stop, ctx context.Context, inst schema.In
 	}
 	var jobs []schema.Job
 	for s := range cfg.Samples {
-		if job := cfg.Spec.Job(cfg.RunID, 0, inst, int64(s)); !have[job.JobID] {
+		if job := cfg.Spec.Job(cfg.RunID, 0, inst, cfg.FirstSample+int64(s)); !have[job.JobID] {
 			jobs = append(jobs, job)
 		}
 	}

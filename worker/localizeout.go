@@ -18,9 +18,10 @@ import (
 // localizeManifest is localize.json: what a localization run in an
 // output folder was, so that a resume continues the same run.
 type localizeManifest struct {
-	RunID   string         `json:"run_id"`
-	Samples int            `json:"samples"`
-	Spec    schema.RunSpec `json:"spec"`
+	RunID       string         `json:"run_id"`
+	Samples     int            `json:"samples"`
+	FirstSample int64          `json:"first_sample,omitempty"`
+	Spec        schema.RunSpec `json:"spec"`
 }
 
 const localizeManifestName = "localize.json"

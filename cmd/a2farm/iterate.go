@@ -43,7 +43,9 @@ type iterateOptions struct {
 	runID, datasetPath, reposDir, out string
 	evalDataset, evalRepos            string
 	shardsDir, trainer, trainModel    string
-	initAdapter                       string
+	initAdapter, teacher              string
+	teacherURLs                       []string
+	teacherTries                      int
 	iterations, samples               int
 	workers, concurrency, evalSamples int
 	resume                            bool
@@ -70,7 +72,14 @@ VLLM_ALLOW_RUNTIME_LORA_UPDATING=True, or the trainer's stand-in server):
             iteration k's shards, starting from adapter k−1, into DIR/adapters/it<k>
   evaluate  adapter k plays --eval-dataset greedily (one sample per instance)
 
-and writes DIR/report.jsonl, one row per iteration (F1 per level, discovery–commit
+With --teacher, a warm-up (iteration 0) comes first: the teacher (any model an
+OpenAI-compatible server serves, --teacher-url; or heuristic, the built-in policy)
+plays the training set, the instances none of whose trajectories matches the gold
+at every level are played again (--teacher-tries in all), the best trajectory of
+each solved instance becomes SFT shards (DIR/warmup/shards, as replay --sft writes
+them) and the trainer ({sft} set) trains adapter 0 from the base model.
+
+iterate writes DIR/report.jsonl, one row per iteration (F1 per level, discovery–commit
 gap, advantages and weights, trainer loss, seconds per step).
 
 Without --nats the farm is embedded: NATS, --workers workers and a learner run in
@@ -98,6 +107,9 @@ the step it stopped in, never repeating a finished one.`,
 	f.StringVar(&o.trainer, "trainer", iterate.DefaultTrainer, "trainer command template, run by /bin/sh; placeholders {model} {init} {out} {shards} {run} {iteration} {resume} {sft}")
 	f.StringVar(&o.trainModel, "train-model", "", "the base model the trainer loads (a Hugging Face folder or name; default --model)")
 	f.StringVar(&o.initAdapter, "init-adapter", "", "adapter 0 (the SFT warm-up's), served for iteration 1 and trained from")
+	f.StringVar(&o.teacher, "teacher", "", "warm-up first: this model (or heuristic, the built-in policy) plays the training set, and adapter 0 is trained on its SFT shards")
+	f.StringArrayVar(&o.teacherURLs, "teacher-url", nil, "OpenAI-compatible API root serving --teacher (repeatable; default: the --base-url replicas)")
+	f.IntVar(&o.teacherTries, "teacher-tries", 5, "warm-up: times an instance is played until a teacher trajectory matches the gold at every level")
 	f.StringVar(&o.evalDataset, "eval-dataset", "", "held-out dataset each adapter plays greedily (none: no evaluation)")
 	f.StringVar(&o.evalRepos, "eval-repos", "", "repositories of --eval-dataset (default --repos)")
 	f.IntVar(&o.evalSamples, "eval-samples", 1, "greedy samples per held-out instance")
@@ -117,6 +129,8 @@ the step it stopped in, never repeating a finished one.`,
 type iteratePlan struct {
 	Run, Dataset, Repos, Model, TrainModel, InitAdapter string
 	EvalDataset, Shards                                 string
+	Teacher                                             string `json:",omitempty"`
+	TeacherTries                                        int    `json:",omitempty"`
 	Samples, EvalSamples                                int
 	Spec                                                schema.RunSpec
 }
@@ -141,6 +155,9 @@ func runIterate(ctx context.Context, e *env, o *iterateOptions) (err error) {
 	}
 	if o.evalRepos == "" {
 		o.evalRepos = o.reposDir
+	}
+	if err := o.checkTeacher(); err != nil {
+		return err
 	}
 	if o.initAdapter != "" {
 		if err := isAdapter(o.initAdapter); err != nil {
@@ -171,6 +188,9 @@ func runIterate(ctx context.Context, e *env, o *iterateOptions) (err error) {
 	if err != nil {
 		return err
 	}
+	for _, u := range o.teacherURLs { // the teacher's own servers; without them the replicas serve it
+		o.endpoints.endpoints = append(o.endpoints.endpoints, o.teacher+"="+u)
+	}
 	policies, err := o.endpoints.registry()
 	if err != nil {
 		return err
@@ -188,6 +208,9 @@ func runIterate(ctx context.Context, e *env, o *iterateOptions) (err error) {
 	}
 	plan := iteratePlan{Run: o.runID, Dataset: o.datasetPath, Repos: o.reposDir, Model: spec.Policy.Model, TrainModel: o.trainModel,
 		InitAdapter: o.initAdapter, EvalDataset: o.evalDataset, Shards: o.shardsDir, Samples: o.samples, EvalSamples: o.evalSamples, Spec: spec}
+	if o.teacher != "" {
+		plan.Teacher, plan.TeacherTries = o.teacher, o.teacherTries
+	}
 	if st, err := iterate.Load(o.out); err != nil {
 		return err
 	} else if st != nil && !o.resume {
@@ -204,7 +227,7 @@ func runIterate(ctx context.Context, e *env, o *iterateOptions) (err error) {
 	if err := os.MkdirAll(o.out, 0o755); err != nil {
 		return err
 	}
-	s := &iterateSteps{e: e, o: o, spec: spec, replicas: replicas, policies: policies, index: index, gold: report}
+	s := &iterateSteps{e: e, o: o, spec: spec, replicas: replicas, policies: policies, index: index, gold: report, learn: learn}
 
 	var farm *embeddedFarm
 	if !external {
@@ -224,13 +247,13 @@ func runIterate(ctx context.Context, e *env, o *iterateOptions) (err error) {
 	}
 
 	reportPath := filepath.Join(o.out, "report.jsonl")
-	rows, err := iterate.Run(ctx, iterate.Config{Dir: o.out, Iterations: o.iterations, Plan: plan, Resume: o.resume, Steps: s,
+	rows, err := iterate.Run(ctx, iterate.Config{Dir: o.out, Iterations: o.iterations, Warmup: o.teacher != "", Plan: plan, Resume: o.resume, Steps: s,
 		OnStep: func(k int, step iterate.Step, finished bool, err error) {
 			switch {
 			case !finished && err == nil:
-				fmt.Fprintf(e.stderr, "iteration %d: %s…\n", k, step)
+				fmt.Fprintf(e.stderr, "%s: %s…\n", iterationName(k), step)
 			case finished:
-				fmt.Fprintf(e.stderr, "iteration %d: %s done\n", k, step)
+				fmt.Fprintf(e.stderr, "%s: %s done\n", iterationName(k), step)
 			}
 		},
 		OnRow: func(r iterate.Row) { printIterationRow(e, r) }})
@@ -260,6 +283,29 @@ func runIterate(ctx context.Context, e *env, o *iterateOptions) (err error) {
 		}
 		return err
 	}
+}
+
+// iterationName is how messages name iteration k.
+func iterationName(k int) string {
+	if k == 0 {
+		return "iteration 0 (warm-up)"
+	}
+	return fmt.Sprintf("iteration %d", k)
+}
+
+// checkTeacher checks the warm-up's flags.
+func (o *iterateOptions) checkTeacher() error {
+	switch {
+	case o.teacher == "" && (len(o.teacherURLs) > 0 || o.nats.cmd.Flags().Changed("teacher-tries")):
+		return usagef("--teacher-url and --teacher-tries configure the warm-up: give --teacher MODEL (or heuristic)")
+	case o.teacher == "":
+		return nil
+	case o.initAdapter != "":
+		return usagef("--teacher trains adapter 0 and --init-adapter gives it: pass one of them")
+	case o.teacher == TeacherHeuristic && len(o.teacherURLs) > 0:
+		return usagef("--teacher heuristic is built in: it needs no --teacher-url")
+	}
+	return checkRange("teacher-tries", o.teacherTries, 1, 100)
 }
 
 // replicas are the servers adapters are loaded onto: the --base-url ones.
@@ -301,6 +347,7 @@ type iterateSteps struct {
 	policies *policy.Registry
 	index    repoindex.BuildOptions
 	gold     *coordinator.GoldReport
+	learn    learner.Config
 	bus      *bus.Bus
 	shards   string // the learner's shards tree
 }
@@ -311,10 +358,10 @@ func (s *iterateSteps) adapterDir(k int) string {
 }
 
 // adapter is the adapter the policy has after iteration k: the one k
-// trained, else (no training data) the one before, down to --init-adapter;
-// j is its version (-1 with path "": the base model).
+// trained, else (no training data) the one before, down to the warm-up's
+// or --init-adapter; j is its version (-1 with path "": the base model).
 func (s *iterateSteps) adapter(k int) (j int, path string) {
-	for ; k >= 1; k-- {
+	for ; k >= 0; k-- {
 		if isAdapter(s.adapterDir(k)) == nil {
 			return k, s.adapterDir(k)
 		}
@@ -350,6 +397,9 @@ func (s *iterateSteps) Serve(ctx context.Context, k int) error {
 }
 
 func (s *iterateSteps) Rollout(ctx context.Context, k int) (iterate.RolloutResult, error) {
+	if k == 0 {
+		return s.warmup(ctx)
+	}
 	j, path := s.adapter(k - 1)
 	spec := s.spec
 	spec.Policy = s.policyOf(j, path)
@@ -403,7 +453,9 @@ func (s *iterateSteps) waitSharded(ctx context.Context, k int) error {
 }
 
 func (s *iterateSteps) Train(ctx context.Context, k int) (iterate.TrainResult, error) {
-	out := s.adapterDir(k)
+	if k == 0 {
+		return s.trainWarmup(ctx)
+	}
 	shards := filepath.Join(s.shards, s.o.runID, fmt.Sprint(k))
 	stats, err := shardStats(shards)
 	if err != nil {
@@ -413,23 +465,30 @@ func (s *iterateSteps) Train(ctx context.Context, k int) (iterate.TrainResult, e
 		_, prev := s.adapter(k - 1)
 		return iterate.TrainResult{Adapter: prev, Skipped: fmt.Sprintf("iteration %d wrote no training row (no turn carries a weight): adapter %d is adapter %d", k, k, k-1)}, nil
 	}
-	if isAdapter(out) != nil {
-		_, init := s.adapter(k - 1)
-		_, ckptErr := os.Stat(out + ".checkpoint")
-		line, err := iterate.TrainerCommand(s.o.trainer, iterate.TrainerVars{Model: s.o.trainModel, Init: init, Out: out, Shards: s.shards,
-			Run: s.o.runID, Iteration: k, Resume: ckptErr == nil})
+	_, init := s.adapter(k - 1)
+	return s.runTrainer(ctx, k, iterate.TrainerVars{Model: s.o.trainModel, Init: init, Out: s.adapterDir(k), Shards: s.shards, Run: s.o.runID, Iteration: k})
+}
+
+// runTrainer trains adapter k with the trainer command, unless an earlier
+// run of this step left it finished; a checkpoint an interrupted trainer
+// left is handed on as {resume}.
+func (s *iterateSteps) runTrainer(ctx context.Context, k int, v iterate.TrainerVars) (iterate.TrainResult, error) {
+	if isAdapter(v.Out) != nil {
+		_, ckptErr := os.Stat(v.Out + ".checkpoint")
+		v.Resume = ckptErr == nil
+		line, err := iterate.TrainerCommand(s.o.trainer, v)
 		if err != nil {
 			return iterate.TrainResult{}, err
 		}
-		fmt.Fprintf(s.e.stderr, "iteration %d: %s\n", k, line)
+		fmt.Fprintf(s.e.stderr, "%s: %s\n", iterationName(k), line)
 		if err := iterate.RunTrainer(ctx, line, s.e.stderr, s.o.trainerGrace); err != nil {
 			return iterate.TrainResult{}, err
 		}
-		if err := isAdapter(out); err != nil {
-			return iterate.TrainResult{}, fmt.Errorf("the trainer exited 0 but %s holds no adapter: %v", out, err)
+		if err := isAdapter(v.Out); err != nil {
+			return iterate.TrainResult{}, fmt.Errorf("the trainer exited 0 but %s holds no adapter: %v", v.Out, err)
 		}
 	}
-	return trainStats(out)
+	return trainStats(v.Out)
 }
 
 func (s *iterateSteps) Evaluate(ctx context.Context, k int) (iterate.EvalResult, bool, error) {
@@ -534,6 +593,21 @@ func shardStats(dir string) (iterate.RolloutResult, error) {
 	return r, nil
 }
 
+// shardRows is the number of rows of the shards in dir (one manifest).
+func shardRows(dir string) (int, error) {
+	data, err := os.ReadFile(filepath.Join(dir, "manifest.json"))
+	if err != nil {
+		return 0, err
+	}
+	var m struct {
+		Rows int `json:"rows"`
+	}
+	if err := json.Unmarshal(data, &m); err != nil {
+		return 0, fmt.Errorf("%s: %w", filepath.Join(dir, "manifest.json"), err)
+	}
+	return m.Rows, nil
+}
+
 // trainStats reads what the trainer's manifest says of a run.
 func trainStats(dir string) (iterate.TrainResult, error) {
 	data, err := os.ReadFile(filepath.Join(dir, "train_manifest.json"))
@@ -567,8 +641,10 @@ func trainStats(dir string) (iterate.TrainResult, error) {
 
 func printIterationRow(e *env, r iterate.Row) {
 	var b strings.Builder
-	fmt.Fprintf(&b, "iteration %d:", r.Iteration)
-	if ro := r.Rollout; ro != nil {
+	fmt.Fprintf(&b, "%s:", iterationName(r.Iteration))
+	if ro := r.Rollout; ro != nil && ro.Tries > 0 {
+		fmt.Fprintf(&b, " teacher %s solved %d of %d instances in %d tries, %d SFT rows;", ro.Model, ro.Solved, ro.Instances, ro.Tries, ro.Rows)
+	} else if ro != nil {
 		fmt.Fprintf(&b, " rollout with %s: %d trajectories, %d rows, advantage %.3f±%.3f, weight %.2f, dc gap %.3f;",
 			ro.Model, ro.Trajectories, ro.Rows, ro.AdvantageMean, ro.AdvantageStd, ro.WeightMean, ro.DCGapFile)
 	}

@@ -3,14 +3,17 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/a2farm/a2farm/coordinator/iterate"
 	"github.com/a2farm/a2farm/internal/policytest"
+	"github.com/a2farm/a2farm/schema"
 	"github.com/a2farm/a2farm/worker/policy"
 )
 
@@ -156,4 +159,179 @@ func TestIterateCtrlCInTheRolloutThenResume(t *testing.T) {
 	if err != nil || len(st.Rows) != 1 || st.Rows[0].Rollout == nil || st.Rows[0].Rollout.Jobs != 12 {
 		t.Fatalf("state: %+v, %v; want iteration 1's rollout of 12 jobs", st, err)
 	}
+}
+
+// TestIterateWarmupPlaysUnsolvedInstancesAgainAndTrainsAdapter0: the
+// teacher answers the gold except for one instance it solves at its second
+// try and one it never solves. With --teacher-tries 3 the driver plays each
+// instance until it is solved or has had three tries (one whose gold names
+// no function cannot be solved and is played once) — through a Ctrl-C in
+// the first try and --resume, which plays nothing twice — writes SFT shards of the solved ones'
+// best trajectories, trains adapter 0 with {sft} from the base model, and
+// serves it for iteration 1 as r-it0.
+func TestIterateWarmupPlaysUnsolvedInstancesAgainAndTrainsAdapter0(t *testing.T) {
+	f := newIterateFixture(t)
+	instances := goldRows(t, f.dataset, f.repos)
+	late, never, noFunction := instances[1].InstanceID, instances[2].InstanceID, instances[3].InstanceID
+	if len(instances[3].FileChanges[0].Changes.Entities) != 0 {
+		t.Fatalf("the sample's fourth instance edits a function: %+v", instances[3])
+	}
+	var mu sync.Mutex
+	plays := map[string]int{}
+	teacher := policytest.NewRecorder(t, func(req policytest.Request) policytest.Reply {
+		var in goldRow
+		for _, cand := range instances {
+			if len(req.Messages) > 1 && strings.Contains(req.Messages[1].Content, cand.ProblemStatement) {
+				in = cand
+			}
+		}
+		mu.Lock()
+		plays[in.InstanceID]++
+		try := plays[in.InstanceID]
+		mu.Unlock()
+		answer := in.answer()
+		if in.InstanceID == never || in.InstanceID == late && try == 1 {
+			answer = "```\nsetup.py\n```"
+		}
+		args, _ := json.Marshal(map[string]string{"answer": answer})
+		return policytest.Reply{ToolCalls: []schema.ToolCall{{ID: "c0", Type: "function",
+			Function: schema.FunctionCall{Name: "finish", Arguments: string(args)}}}}
+	})
+	log := filepath.Join(t.TempDir(), "trainer.log")
+	trainer := "echo {iteration} {sft} {init} {shards} >> " + log + " && mkdir -p {out} && touch {out}/adapter_config.json"
+	args := []string{"iterate", "--run", "r", "--dataset", f.dataset, "--repos", f.repos, "--out", f.out,
+		"--model", "base", "--base-url", f.a.URL, "--teacher", "teach", "--teacher-url", teacher.URL, "--teacher-tries", "3",
+		"--samples", "2", "--iterations", "1", "--workers", "1", "--concurrency", "1", "--trainer", trainer}
+
+	// Ctrl-C in the teacher's first try, then --resume: what finished is
+	// not played again.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		for {
+			mu.Lock()
+			n := len(plays)
+			mu.Unlock()
+			if n >= 2 {
+				cancel()
+				return
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	var out, errBuf bytes.Buffer
+	if code := Run(ctx, nil, args, &out, &errBuf); code != exitInterrupted || !strings.Contains(errBuf.String(), "stopped in iteration 0, step rollout") {
+		t.Fatalf("exit %d, want 130 naming the warm-up's rollout\n%s", code, errBuf.String())
+	}
+	code, stdout, errOut := run(t, append(args, "--resume")...)
+	if code != 0 {
+		t.Fatalf("exit %d\n%s", code, errOut)
+	}
+	want := map[string]int{late: 2, never: 3}
+	for _, in := range instances {
+		if w := max(want[in.InstanceID], 1); plays[in.InstanceID] != w {
+			t.Errorf("teacher played %s %d times, want %d", in.InstanceID, plays[in.InstanceID], w)
+		}
+	}
+	if !strings.Contains(stdout, "iteration 0 (warm-up): teacher teach solved 4 of 6 instances in 3 tries") {
+		t.Errorf("stdout does not report the warm-up:\n%s", stdout)
+	}
+
+	// The SFT shards hold the best trajectory of each solved instance,
+	// every turn of weight 1; the unsolved instance has none.
+	shards := filepath.Join(f.out, "warmup", "shards")
+	rows := readShardRows(t, shards)
+	if len(rows) == 0 {
+		t.Fatalf("no SFT row in %s", shards)
+	}
+	got := map[string]bool{}
+	for _, r := range rows {
+		got[r.InstanceID] = true
+		if r.Iteration != 0 || r.RunID != "r" {
+			t.Errorf("row of %s: run %q iteration %d, want r, 0", r.InstanceID, r.RunID, r.Iteration)
+		}
+		wantSample := int64(0)
+		if r.InstanceID == late {
+			wantSample = 1 // solved in its second try
+		}
+		if r.Sample != wantSample {
+			t.Errorf("row of %s is sample %d, want %d: try t plays sample t-1", r.InstanceID, r.Sample, wantSample)
+		}
+		for _, w := range r.Weights {
+			if w != 1 {
+				t.Errorf("row of %s: weight %g, want 1", r.InstanceID, w)
+			}
+		}
+	}
+	if len(got) != 4 || got[never] || got[noFunction] {
+		t.Errorf("SFT rows of %v, want the 4 solved instances", got)
+	}
+
+	// Adapter 0 is trained on them with {sft} and no init adapter; iteration
+	// 1 serves it and trains adapter 1 from it.
+	data, err := os.ReadFile(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+	it0 := filepath.Join(f.out, "adapters", "it0")
+	if len(lines) != 2 || lines[0] != "0 --sft "+shards || !strings.HasPrefix(lines[1], "1 --init-adapter "+it0+" ") {
+		t.Errorf("trainer lines:\n%s\nwant iteration 0 with --sft on %s, then iteration 1 from %s", data, shards, it0)
+	}
+	if loads := f.a.Loads(); len(loads) != 1 || loads[0] != (policytest.Load{Op: "load", Name: "r-it0", Path: it0}) {
+		t.Errorf("replica received %v, want adapter 0 loaded as r-it0", loads)
+	}
+	if n := f.a.Served()["r-it0"]; n < 2*6 {
+		t.Errorf("%d requests with r-it0: iteration 1 did not roll out with adapter 0", n)
+	}
+}
+
+// goldRow is a row of a2farm gold's output: an instance and its gold.
+type goldRow struct {
+	InstanceID       string `json:"instance_id"`
+	ProblemStatement string `json:"problem_statement"`
+	FileChanges      []struct {
+		File    string `json:"file"`
+		Changes struct {
+			Entities []string `json:"edited_entities"`
+		} `json:"changes"`
+	} `json:"file_changes"`
+}
+
+func goldRows(t *testing.T, dataset, repos string) []goldRow {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "gt.jsonl")
+	if code, _, errOut := run(t, "gold", "--dataset", dataset, "--repos", repos, "--out", out); code != 0 {
+		t.Fatalf("gold: %s", errOut)
+	}
+	data, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rows []goldRow
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		var r goldRow
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatal(err)
+		}
+		rows = append(rows, r)
+	}
+	return rows
+}
+
+// answer is the finish answer naming exactly the gold: each file, and
+// under it its edited entities (a method as Class.method names its class
+// too).
+func (g goldRow) answer() string {
+	var b strings.Builder
+	b.WriteString("```\n")
+	for _, fc := range g.FileChanges {
+		b.WriteString(fc.File + "\n")
+		for _, e := range fc.Changes.Entities {
+			_, name, _ := strings.Cut(e, ":")
+			b.WriteString("function: " + name + "\n")
+		}
+		b.WriteString("\n")
+	}
+	return b.String() + "```"
 }

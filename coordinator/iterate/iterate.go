@@ -69,6 +69,12 @@ type RolloutResult struct {
 	AdvantageStd  float64 `json:"advantage_std"`
 	WeightMean    float64 `json:"weight_mean"`
 	DCGapFile     float64 `json:"dc_gap_file"`
+	// The warm-up's: how many times the teacher played the unsolved
+	// instances, and how many of the instances it solved (a trajectory
+	// matching the gold at every level, which becomes SFT rows).
+	Tries     int `json:"tries,omitempty"`
+	Instances int `json:"instances,omitempty"`
+	Solved    int `json:"solved,omitempty"`
 }
 
 // TrainResult is what a report row says of training.

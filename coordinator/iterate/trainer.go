@@ -14,7 +14,7 @@ import (
 // DefaultTrainer is the trainer command template: a2farm-train on one
 // machine. Every {name} is replaced by the value of the iteration, shell-
 // quoted; {init} and {resume} expand to whole flags or to nothing.
-const DefaultTrainer = "a2farm-train --model {model} {init} --out {out} --run {run} --iteration {iteration} {resume} {shards}"
+const DefaultTrainer = "a2farm-train --model {model} {init} --out {out} --run {run} --iteration {iteration} {sft} {resume} {shards}"
 
 // TrainerVars are the values a trainer command template receives.
 type TrainerVars struct {
