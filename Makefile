@@ -89,6 +89,11 @@ test-trainer: build trainer-env ## the trainer's tests (pytest, CPU, tiny models
 	cd trainer && A2FARM_BIN=$(abspath $(BIN)) A2FARM_QWEN3_TOKENIZER=$(QWEN3_TOKENIZER) PYTHONPATH=src HF_HUB_OFFLINE=1 \
 	  $(TRAINER_PY) -m pytest -q -p no:cacheprovider
 
+.PHONY: train-demo
+train-demo: build trainer-env ## the whole loop on CPU: heuristic teacher → SFT shards → a tiny model trained from scratch → the stand-in server → a2farm iterate (warm-up, 2 iterations) → the report (under 15 minutes on 2 cores)
+	cd trainer && PYTHONPATH=src HF_HUB_OFFLINE=1 $(abspath $(TRAINER_PY)) -m a2farm_trainer.demo --bin $(abspath $(BIN)) \
+	  --tokenizer $(QWEN3_TOKENIZER) --out $(abspath $(RUN_DIR))/train-demo
+
 .PHONY: bench-trainer
 bench-trainer: build trainer-env ## the trainer on CPU: packed vs padded tokens/s on the same shards (a2farm up's), and peak memory of the naive vs the chunked loss (151,936-token vocabulary) (docs/BENCHMARKS.md)
 	@mkdir -p $(RUN_DIR)

@@ -3,7 +3,8 @@
 // tool that will read it and checks them against the code: the streams
 // and consumer they name, the metrics their dashboards query. The a2farm
 // command lines they run are listed by CommandLines, which the commands'
-// own tests parse.
+// own tests parse; the trainer's (accelerate launch … -m a2farm_trainer)
+// are parsed by the trainer's tests (trainer/tests/test_deploy.py).
 package deploy
 
 import (
@@ -21,7 +22,7 @@ import (
 var files embed.FS
 
 // manifests are the files that may run a2farm, compose first.
-var manifests = []string{"compose.yaml", "k8s/a2farm.yaml", "k8s/keda.yaml", "k8s/nats-values.yaml", "prometheus/prometheus.yml"}
+var manifests = []string{"compose.yaml", "k8s/a2farm.yaml", "k8s/keda.yaml", "k8s/nats-values.yaml", "k8s/trainer.yaml", "prometheus/prometheus.yml"}
 
 // CommandLines returns the arguments of every container command in the
 // deployment files that runs a2farm: a command or args list whose first

@@ -58,7 +58,7 @@ func yamlDocs(t *testing.T, path string) []map[string]any {
 func TestComposeAndKubernetes(t *testing.T) {
 	compose := yamlDocs(t, "compose.yaml")[0]
 	services, _ := compose["services"].(map[string]any)
-	for _, s := range []string{"nats-1", "nats-2", "nats-3", "vllm", "learner", "worker", "coordinator", "prometheus"} {
+	for _, s := range []string{"nats-1", "nats-2", "nats-3", "vllm", "learner", "worker", "coordinator", "trainer", "prometheus"} {
 		if services[s] == nil {
 			t.Errorf("compose.yaml has no %s service", s)
 		}

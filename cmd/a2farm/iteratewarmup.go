@@ -90,7 +90,7 @@ func (s *iterateSteps) warmup(ctx context.Context) (iterate.RolloutResult, error
 		fmt.Fprintf(s.e.stderr, "warm-up: after try %d, %d of %d instances have a teacher trajectory matching the gold at every level",
 			try, len(solved), len(s.gold.Instances))
 		if hopeless > 0 && try == 1 {
-			fmt.Fprintf(s.e.stderr, "; %d have no gold at some level (no module or function edited), so none of theirs can, and they are not played again", hopeless)
+			fmt.Fprintf(s.e.stderr, "; instances with no gold at some level (no module or function edited) cannot, and are not played again: %d", hopeless)
 		}
 		fmt.Fprintln(s.e.stderr)
 	}

@@ -135,3 +135,27 @@ def served_run(tmp_path_factory: pytest.TempPathFactory, a2farm_bin: str, tokeni
     subprocess.run([a2farm_bin, "replay", "--archive", str(d / "loc/trajectories"), "--gold", str(d / "gt.jsonl"),
                     "--keep-unsuccessful", "--out", str(d / "shards")], check=True, capture_output=True)
     return d / "shards"
+
+
+@pytest.fixture()
+def small_qwen3():
+    """Builds a float64 Qwen3 of 50 tokens and hidden size 16 with weights far
+    from the usual 0.02 initialisation (so the context moves the logits by
+    much more than rounding): small_qwen3(window, attn, seed). window None is
+    full attention; the same seed gives the same weights."""
+    import torch
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    def build(window: int | None, attn: str = "sdpa", seed: int = 0) -> Any:
+        cfg = Qwen3Config(vocab_size=50, hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2,
+                          num_key_value_heads=1, head_dim=8, use_sliding_window=window is not None, sliding_window=window,
+                          max_window_layers=0, use_cache=False)
+        torch.manual_seed(seed)
+        model = Qwen3ForCausalLM._from_config(cfg, attn_implementation=attn, dtype=torch.float64).eval()
+        with torch.no_grad():
+            for p in model.parameters():
+                if p.dim() == 2:
+                    torch.nn.init.normal_(p, std=0.5)
+        return model
+
+    return build

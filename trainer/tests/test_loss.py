@@ -160,3 +160,25 @@ def test_per_sequence_normalisation_is_the_mean_of_each_sequences_own_loss(lm) -
     got = sum(loss_of(wrapper, packing.build(seqs, m, "packed", scale, 0)) for m in step).item()
     want = sum(hand_loss(lm, [s]) for s in seqs) / len(seqs)
     assert got == pytest.approx(want, abs=1e-5)
+
+
+@pytest.mark.parametrize("window", [4, None])
+def test_per_sequence_attention_keeps_a_sliding_window(small_qwen3, window: int | None) -> None:
+    """A model whose layers attend to a sliding window is trained as it is
+    served: on a packed row, the trainer's per-sequence attention gives the
+    logits Transformers' SDPA gives each sequence alone (window 4, sequences
+    of 12 and 9 tokens; None: full attention, the same check)."""
+    from a2farm_trainer.train import attention
+
+    served = small_qwen3(window, "sdpa", seed=3)
+    trained = small_qwen3(window, attention("a2farm_segments"), seed=3)
+    unwindowed = small_qwen3(None, "sdpa", seed=3)
+    a, b = torch.randint(0, 50, (12,)), torch.randint(0, 50, (9,))
+    with torch.no_grad():
+        want = torch.cat([served(input_ids=a[None]).logits[0], served(input_ids=b[None]).logits[0]])
+        packed = trained(input_ids=torch.cat([a, b])[None],
+                         position_ids=torch.cat([torch.arange(12), torch.arange(9)])[None]).logits[0]
+        full = unwindowed(input_ids=a[None]).logits[0]
+    torch.testing.assert_close(packed, want, atol=1e-9, rtol=1e-9)
+    if window is not None:  # the window changes the logits past it: the check can fail
+        assert (full[window:] - want[window:12]).abs().max() > 1e-3

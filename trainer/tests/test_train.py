@@ -173,10 +173,15 @@ def test_ctrl_c_saves_a_checkpoint_and_resume_finishes_like_an_uninterrupted_run
     state = json.loads((ckpt / "trainer_state.json").read_text())
     assert 0 < state["steps_done"] < 16
 
-    # A plain second start refuses the leftover checkpoint.
+    # A plain second start refuses the leftover checkpoint; --auto-resume
+    # (a retried Kubernetes job) continues it, and leaves the finished
+    # adapter as it is when started once more.
     assert run([*args, "--out", str(out), "--no-progress"]) == 2
-    assert run([*args, "--out", str(out), "--no-progress", "--resume"]) == 0
+    assert run([*args, "--out", str(out), "--no-progress", "--auto-resume"]) == 0
     assert out.exists() and not ckpt.exists()
+    finished = (out / "adapter_model.safetensors").stat().st_mtime_ns
+    assert run([*args, "--out", str(out), "--no-progress", "--auto-resume"]) == 0
+    assert (out / "adapter_model.safetensors").stat().st_mtime_ns == finished
     got, want = load_file(str(out / "adapter_model.safetensors")), load_file(str(whole / "adapter_model.safetensors"))
     assert got.keys() == want.keys()
     for k in got:

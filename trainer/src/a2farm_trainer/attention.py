@@ -10,6 +10,11 @@ costs Σ len² and takes SDPA's fused causal kernel. Right-padded rows (the
 padded mode) need no mask either: causal attention never looks past a real
 token into the padding after it, and padded positions carry no loss.
 
+A layer with a sliding window (Mistral, Gemma's local layers, Qwen with
+``use_sliding_window``) gets it here too — a token sees itself and the
+window−1 tokens before it, Transformers' rule — so a model is trained as it
+is served.
+
 Registered with Transformers as ``a2farm_segments``; Transformers builds no
 mask for an implementation it does not know, which is what this wants.
 """
@@ -32,13 +37,20 @@ def segments_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.
         raise ValueError(f"{NAME} trains whole sequences: {query.shape[2]} queries for {key.shape[2]} keys (a cache?)")
     gqa = key.shape[1] != query.shape[1]
     pos = kwargs.get("position_ids")
+    window = kwargs.get("sliding_window")
     out = torch.empty_like(query)
     starts = _starts(pos, query.shape[0], query.shape[2])
     for b, bounds in enumerate(starts):
         for a, z in zip(bounds, bounds[1:]):
-            out[b : b + 1, :, a:z] = F.scaled_dot_product_attention(
-                query[b : b + 1, :, a:z], key[b : b + 1, :, a:z], value[b : b + 1, :, a:z],
-                dropout_p=dropout, is_causal=True, scale=scaling, enable_gqa=gqa)
+            q, k, v = query[b : b + 1, :, a:z], key[b : b + 1, :, a:z], value[b : b + 1, :, a:z]
+            if window and z - a > window:
+                i = torch.arange(z - a, device=query.device)
+                band = (i[:, None] >= i[None, :]) & (i[:, None] - i[None, :] < window)
+                out[b : b + 1, :, a:z] = F.scaled_dot_product_attention(
+                    q, k, v, attn_mask=band, dropout_p=dropout, scale=scaling, enable_gqa=gqa)
+            else:
+                out[b : b + 1, :, a:z] = F.scaled_dot_product_attention(
+                    q, k, v, dropout_p=dropout, is_causal=True, scale=scaling, enable_gqa=gqa)
     return out.transpose(1, 2).contiguous(), None
 
 

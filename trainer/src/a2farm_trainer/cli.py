@@ -72,6 +72,8 @@ def parser() -> Parser:
     p.add_argument("--attn", default="auto", help="attention implementation (auto: flash_attention_2 on a GPU that has flash-attn, else a2farm_segments: SDPA once per packed sequence; or any Transformers name: sdpa, eager)")
     p.add_argument("--save-every", type=int, default=0, help="checkpoint every N steps (Ctrl-C always saves one)")
     p.add_argument("--resume", action="store_true", help="continue from <out>.checkpoint")
+    p.add_argument("--auto-resume", action="store_true",
+                   help="for jobs that are retried: continue <out>.checkpoint when there is one, and leave a finished --out as it is (exit 0)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out")
     p.add_argument("--eval-only", action="store_true", help="write the weighted loss of the shards as JSON, per file and overall; train nothing")
     p.add_argument("--no-progress", action="store_true", help="no progress line")
@@ -98,7 +100,7 @@ def to_config(a: argparse.Namespace) -> TrainConfig:
         lora_targets=[t.strip() for t in a.lora_targets.split(",") if t.strip()], max_length=a.max_length,
         truncate=a.truncate, token_budget=a.token_budget, grad_accum=a.grad_accum, packing=a.packing,
         normalise=a.normalise, loss_chunk=a.loss_chunk, naive_loss=a.naive_loss, precision=a.precision,
-        attn=a.attn, save_every=a.save_every, resume=a.resume, overwrite=a.overwrite, progress=not a.no_progress,
+        attn=a.attn, save_every=a.save_every, resume=a.resume, auto_resume=a.auto_resume, overwrite=a.overwrite, progress=not a.no_progress,
     )
 
 

@@ -77,6 +77,7 @@ class TrainConfig:
     attn: str = "auto"
     save_every: int = 0
     resume: bool = False
+    auto_resume: bool = False
     overwrite: bool = False
     progress: bool = True
 
@@ -88,7 +89,7 @@ class TrainConfig:
 
     def hyperparameters(self) -> dict[str, Any]:
         h = dataclasses.asdict(self)
-        for k in ("resume", "overwrite", "progress"):
+        for k in ("resume", "auto_resume", "overwrite", "progress"):
             h.pop(k)
         h["lr"], h["epochs"] = self.learning_rate(), self.num_epochs()
         return h
@@ -200,6 +201,15 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     cfg.validate()
     out = os.path.abspath(cfg.out)
     ckpt = out + ".checkpoint"
+    if cfg.auto_resume and not cfg.overwrite:
+        # A retried job (a Kubernetes pod started again): a finished
+        # adapter stands, a checkpoint is continued, else a fresh start.
+        done = os.path.join(out, MANIFEST_NAME)
+        if os.path.isfile(done):
+            print(f"a2farm-train: {cfg.out} holds a finished adapter (--auto-resume): nothing to train", file=sys.stderr)
+            with open(done, encoding="utf-8") as f:
+                return dict(json.load(f))
+        cfg.resume = os.path.isfile(os.path.join(ckpt, STATE_NAME))
     if os.path.exists(out) and not cfg.overwrite:
         raise InputError(f"--out {cfg.out} already exists (a finished adapter?); pass --overwrite to replace it")
     if cfg.resume and not os.path.isfile(os.path.join(ckpt, STATE_NAME)):
