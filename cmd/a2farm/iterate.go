@@ -12,15 +12,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
 	"github.com/a2farm/a2farm/coordinator"
 	"github.com/a2farm/a2farm/coordinator/iterate"
 	"github.com/a2farm/a2farm/internal/bus"
-	"github.com/a2farm/a2farm/internal/embednats"
 	"github.com/a2farm/a2farm/internal/gitrepo"
 	"github.com/a2farm/a2farm/internal/gold"
 	"github.com/a2farm/a2farm/internal/llm"
@@ -236,7 +232,7 @@ func runIterate(ctx context.Context, e *env, o *iterateOptions) (err error) {
 			return err
 		}
 		defer farm.stop()
-		s.bus, s.shards = farm.bus, filepath.Join(farm.learnerOut, "shards")
+		s.bus, s.shards, s.farmFailed = farm.bus, filepath.Join(farm.learnerOut, "shards"), farm.failed
 	} else {
 		member, err := joinFarm(ctx, e, &o.nats, &metricsFlags{}, "iterate")
 		if err != nil {
@@ -350,6 +346,9 @@ type iterateSteps struct {
 	learn    learner.Config
 	bus      *bus.Bus
 	shards   string // the learner's shards tree
+	// farmFailed: an embedded farm's roles report a fatal error here (nil
+	// for a running farm's, whose operator sees them).
+	farmFailed <-chan error
 }
 
 // adapterDir is where iteration k's adapter is trained.
@@ -400,6 +399,36 @@ func (s *iterateSteps) Rollout(ctx context.Context, k int) (iterate.RolloutResul
 	if k == 0 {
 		return s.warmup(ctx)
 	}
+	ctx, stop := s.whileTheFarmRuns(ctx)
+	r, err := s.rollout(ctx, k)
+	return r, stop(err)
+}
+
+// whileTheFarmRuns gives a context that ends when a role of the embedded
+// farm stops with an error (no worker or learner is left to finish the
+// rollout), and a function that turns the step's error into that one.
+func (s *iterateSteps) whileTheFarmRuns(ctx context.Context) (context.Context, func(error) error) {
+	if s.farmFailed == nil {
+		return ctx, func(err error) error { return err }
+	}
+	roleCtx, cancel := context.WithCancelCause(ctx)
+	go func() {
+		select {
+		case err := <-s.farmFailed:
+			cancel(fmt.Errorf("the embedded farm stopped: %w", err))
+		case <-roleCtx.Done():
+		}
+	}()
+	return roleCtx, func(err error) error {
+		defer cancel(nil)
+		if cause := context.Cause(roleCtx); err != nil && ctx.Err() == nil && cause != nil && !errors.Is(cause, context.Canceled) {
+			return cause
+		}
+		return err
+	}
+}
+
+func (s *iterateSteps) rollout(ctx context.Context, k int) (iterate.RolloutResult, error) {
 	j, path := s.adapter(k - 1)
 	spec := s.spec
 	spec.Policy = s.policyOf(j, path)
@@ -679,33 +708,18 @@ func writeIterateReport(path string, rows []iterate.Row) error {
 type embeddedFarm struct {
 	bus        *bus.Bus
 	learnerOut string
-	stop       func()
+	// failed receives the error of a worker or the learner that stopped.
+	failed <-chan error
+	stop   func()
 }
 
 func startEmbeddedFarm(ctx context.Context, e *env, dir string, workers, concurrency int, policies *policy.Registry,
 	index repoindex.BuildOptions, learn learner.Config, reposDir string) (*embeddedFarm, error) {
-	ns, err := embednats.Start(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true,
-		StoreDir: filepath.Join(dir, "nats"), NoLog: true})
+	eb, err := startEmbeddedBus(ctx, filepath.Join(dir, "nats"))
 	if err != nil {
 		return nil, err
 	}
-	nc, err := nats.Connect(ns.ClientURL())
-	if err != nil {
-		embednats.Stop(ns)
-		return nil, err
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		nc.Close()
-		embednats.Stop(ns)
-		return nil, err
-	}
-	b, err := bus.Open(ctx, js, bus.DefaultConfig())
-	if err != nil {
-		nc.Close()
-		embednats.Stop(ns)
-		return nil, err
-	}
+	b := eb.bus
 	repos := gitrepo.NewSet(reposDir)
 	learnerOut := filepath.Join(dir, "learner")
 	// The roles run until the driver is done, not until Ctrl-C: a stopped
@@ -718,11 +732,10 @@ func startEmbeddedFarm(ctx context.Context, e *env, dir string, workers, concurr
 		return learner.Serve(ctx, learner.ServiceConfig{Bus: b, Out: learnerOut, Learner: learn, Log: e.log,
 			OnGroupClosed: func(string, int64, string, int, int) { closed() }})
 	}, func() bool { return true })
-	return &embeddedFarm{bus: b, learnerOut: learnerOut, stop: func() {
+	return &embeddedFarm{bus: b, learnerOut: learnerOut, failed: roles.errs, stop: func() {
 		cancel()
 		roles.stop()
 		repos.Close()
-		nc.Close()
-		embednats.Stop(ns)
+		eb.close()
 	}}, nil
 }

@@ -246,25 +246,12 @@ func runUp(ctx context.Context, e *env, o *upOptions) (err error) {
 		return err
 	}
 	started = true // from here on the folder holds a run to resume
-	ns, err := embednats.Start(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true,
-		StoreDir: filepath.Join(o.out, "nats"), NoLog: true})
+	eb, err := startEmbeddedBus(ctx, filepath.Join(o.out, "nats"))
 	if err != nil {
 		return err
 	}
-	defer embednats.Stop(ns)
-	nc, err := nats.Connect(ns.ClientURL())
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
-	b, err := bus.Open(ctx, js, bus.DefaultConfig())
-	if err != nil {
-		return err
-	}
+	defer eb.close()
+	nc, b := eb.nc, eb.bus
 	instruments, stopMetrics, err := o.metrics.start(ctx, e, nc, b)
 	if err != nil {
 		return err
@@ -417,6 +404,41 @@ func startRoles(ctx context.Context, workers int, work func(context.Context, int
 	}
 	run(&r.learner, func() error { return learn(learnCtx, func() { r.closed.Add(1) }) })
 	return r
+}
+
+// embeddedBus is an in-process NATS server with JetStream, a connection
+// to it and the farm's topology on it: what up and iterate run their roles
+// over.
+type embeddedBus struct {
+	ns  *server.Server
+	nc  *nats.Conn
+	bus *bus.Bus
+}
+
+func startEmbeddedBus(ctx context.Context, storeDir string) (*embeddedBus, error) {
+	ns, err := embednats.Start(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: storeDir, NoLog: true})
+	if err != nil {
+		return nil, err
+	}
+	eb := &embeddedBus{ns: ns}
+	if eb.nc, err = nats.Connect(ns.ClientURL()); err != nil {
+		embednats.Stop(ns)
+		return nil, err
+	}
+	js, err := jetstream.New(eb.nc)
+	if err == nil {
+		eb.bus, err = bus.Open(ctx, js, bus.DefaultConfig())
+	}
+	if err != nil {
+		eb.close()
+		return nil, err
+	}
+	return eb, nil
+}
+
+func (eb *embeddedBus) close() {
+	eb.nc.Close()
+	embednats.Stop(eb.ns)
 }
 
 // stop stops the workers (two-phase inside each), lets the learner
