@@ -1,11 +1,13 @@
 """The stand-in server's run-time LoRA API, as vLLM answers it: loads and
 unloads by name, /v1/models lists what is loaded, a request for a name that
 is not loaded is 404 "does not exist", a reused name or a missing path is
-refused, and an adapter changes what the model generates."""
+refused, and an adapter changes what the model generates. And text mode's
+stop string, through a2farm localize --text-mode."""
 
 from __future__ import annotations
 
 import json
+import subprocess
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -106,3 +108,45 @@ def test_two_adapters_serve_side_by_side(server: Server, tiny_model: str, tmp_pa
     one, two = greedy(url, "it1")[1], greedy(url, "it2")[1]
     assert one["choices"][0]["token_ids"] != two["choices"][0]["token_ids"]
     assert greedy(url, "it1")[1]["choices"][0]["token_ids"] == one["choices"][0]["token_ids"]
+
+
+def text_mode_policy(tok):
+    """Replies in the text (CodeAct) syntax, each followed by text a model
+    might write after its call: the server must stop at ``</function``."""
+
+    def reply(prompt_ids: list[int], req: dict[str, Any]) -> list[int]:
+        turn = sum(1 for m in req["messages"] if m["role"] == "assistant")
+        if turn == 0:
+            call = '<function=search_code_snippets>\n<parameter=search_terms>["remove_item"]</parameter>\n</function>'
+        else:
+            call = '<function=finish>\n<parameter=answer>```\ninventory/models.py\nfunction: Warehouse.remove_item\n```</parameter>\n</function>'
+        body = "<think>\n\n</think>\n\nLet me look.\n" + call + "\nAnd then I would call more.\n" + tok.eos_token
+        return list(tok(body, add_special_tokens=False)["input_ids"])
+
+    return reply
+
+
+def test_stop_strings_end_a_reply_as_vllm_ends_it(tokenizer, a2farm_bin: str, tmp_path: Path) -> None:
+    srv = Server(tokenizer, {"coder": text_mode_policy(tokenizer)}).start()
+    try:
+        code, out = call(srv.url, "/chat/completions", {"model": "coder", "messages": [{"role": "user", "content": "go"}],
+                                                         "stop": ["</function"], "return_token_ids": True})
+        assert code == 200, out
+        choice = out["choices"][0]
+        assert choice["finish_reason"] == "stop"
+        assert choice["message"]["content"].endswith("</parameter>") and "more" not in choice["message"]["content"]
+        assert tokenizer.decode(choice["token_ids"]).endswith("</function")
+
+        # a2farm's text mode end to end: every episode reads its calls from
+        # the text and ends with the answer.
+        subprocess.run([a2farm_bin, "sample", "--out", str(tmp_path / "sample")], check=True, capture_output=True)
+        r = subprocess.run([a2farm_bin, "localize", "--dataset", str(tmp_path / "sample/dataset.jsonl"), "--repos",
+                            str(tmp_path / "sample/repos"), "--cache", str(tmp_path / "cache"), "--policy", "openai",
+                            "--base-url", srv.url, "--model", "coder", "--text-mode", "--return-token-ids", "--limit", "2",
+                            "--out", str(tmp_path / "loc")], capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr[-2000:]
+        rows = [json.loads(x) for x in (tmp_path / "loc/loc_outputs.jsonl").read_text().splitlines()]
+        assert len(rows) == 2 and all(row["found_files"] == ["inventory/models.py"] for row in rows), rows
+        assert all("stop" in req and req["stop"] == ["</function"] for req in srv.requests)
+    finally:
+        srv.stop()

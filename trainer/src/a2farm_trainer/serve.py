@@ -4,7 +4,9 @@ time, no batching, no paged attention).
 
 It implements the part of vLLM's API the farm uses: ``POST
 /v1/chat/completions`` (the model's chat template with ``tools``, sampling
-with ``temperature``/``top_p``/``seed``/``max_tokens``, ``return_token_ids``
+with ``temperature``/``top_p``/``seed``/``max_tokens``, ``stop`` strings (text
+mode's ``</function``: the reply ends before the string, its ids end with
+the id that completed it, finish reason ``stop``), ``return_token_ids``
 giving ``prompt_token_ids`` and each choice's ``token_ids``, replies parsed
 into ``reasoning_content`` and ``tool_calls`` the way vLLM's Qwen3 reasoning
 parser and Hermes tool parser do), ``GET /v1/models`` (the base model and
@@ -78,6 +80,22 @@ def parse_reply(text: str, eos: str) -> tuple[dict[str, Any], str]:
         finish = "tool_calls" if finish == "stop" else finish
     msg["content"] = text.strip("\n")
     return msg, finish
+
+
+def stop_strings(body: dict[str, Any]) -> list[str]:
+    stop = body.get("stop") or []
+    return [stop] if isinstance(stop, str) else [x for x in stop if x]
+
+
+def cut_at_stop(tok: Any, ids: list[int], stops: list[str]) -> tuple[list[int], str | None]:
+    """As vLLM stops: the ids up to the one that completes the first stop
+    string, and the text before that string (None: no stop string)."""
+    for k in range(1, len(ids) + 1) if stops else ():
+        text = tok.decode(ids[:k], skip_special_tokens=False)
+        hits = [text.index(x) for x in stops if x in text]
+        if hits:
+            return ids[:k], text[: min(hits)]
+    return ids, None
 
 
 class AdapterError(Exception):
@@ -226,8 +244,12 @@ class Server:
                 return 404, {"error": {"message": f"The model `{name}` does not exist.", "type": "NotFoundError", "code": 404}}
             self.requests.append(body)
             ids = gen(prompt_ids, body)
-        text = self.tok.decode(ids, skip_special_tokens=False)
-        msg, finish = parse_reply(text, self.tok.eos_token or "")
+        ids, before_stop = cut_at_stop(self.tok, ids, stop_strings(body))
+        if before_stop is None:
+            msg, finish = parse_reply(self.tok.decode(ids, skip_special_tokens=False), self.tok.eos_token or "")
+        else:
+            msg, finish = parse_reply(before_stop, self.tok.eos_token or "")
+            finish = "tool_calls" if msg.get("tool_calls") else "stop"
         choice: dict[str, Any] = {"index": 0, "message": msg, "finish_reason": finish}
         out: dict[str, Any] = {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()),
                                "model": name, "choices": [choice],
@@ -304,6 +326,8 @@ def model_generator(model: Any, tokenizer: Any, adapters: Adapters | None = None
                 kwargs["top_p"] = float(req["top_p"])
         if req.get("seed") is not None:
             torch.manual_seed(int(req["seed"]))
+        if stops := stop_strings(req):  # stop generating there; complete() cuts the reply
+            kwargs["stop_strings"], kwargs["tokenizer"] = stops, tokenizer
         with torch.no_grad():
             out = m.generate(torch.tensor([prompt_ids]), **kwargs)
         return [int(t) for t in out[0, len(prompt_ids):]]
