@@ -28,9 +28,14 @@ type RunConfig struct {
 	Rerun bool
 	// Progress, when set, is told about every published job.
 	Progress func(done, total int)
+	// OnWait, when set, is told the first transient error of each call
+	// Publish waits out (a cluster electing a leader answers "no
+	// responders"; bus.Retry).
+	OnWait func(error)
 }
 
-// Publish stores the run manifest and publishes issue × N jobs. Running
+// Publish stores the run manifest and publishes issue × N jobs, waiting
+// out what a cluster answers while it elects a leader (bus.Retry). Running
 // it again for the same run and iteration publishes only what is missing:
 // nothing when every job has a trajectory (Published then says so), the
 // jobs without one otherwise — job ids are message ids, so a job still in
@@ -56,17 +61,48 @@ func Publish(ctx context.Context, cfg RunConfig) (*Published, error) {
 	m.Expected = len(cfg.Instances) * cfg.Samples
 	out := &Published{Manifest: m}
 	answered := map[string]bool{}
-	if prev, err := cfg.Bus.GetRun(ctx, cfg.RunID, cfg.Iteration); err == nil {
+	// One request per call: each attempt is bounded.
+	retry := func(op func(context.Context) error) error {
+		return bus.Retry(ctx, bus.RetryOptions{Attempt: bus.AttemptTimeout, OnRetry: cfg.OnWait}, op)
+	}
+	var prev *schema.RunManifest
+	err := retry(func(ctx context.Context) (err error) {
+		prev, err = cfg.Bus.GetRun(ctx, cfg.RunID, cfg.Iteration)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			prev, err = nil, nil // a new run
+		}
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read run %s: %w", cfg.RunID, err)
+	}
+	if prev != nil {
 		if !sameJobs(prev, m) {
 			return nil, &ConfigError{fmt.Errorf("run %s iteration %d exists with other instances or samples; use another --run or --iteration",
 				cfg.RunID, cfg.Iteration)}
 		}
 		m.Created, m.Attempt = prev.Created, max(prev.Attempt, 1)
-		f, err := newFollower(ctx, cfg.Bus, prev, nil, true)
-		if err != nil {
-			return nil, err
-		}
-		done, _, complete, err := f.update(ctx)
+		var (
+			f        *follower
+			done     int
+			complete bool
+		)
+		// Reading the run's trajectories is many requests, bounded by ctx
+		// only; after a failed read the follower starts again, as Wait's.
+		err := bus.Retry(ctx, bus.RetryOptions{OnRetry: cfg.OnWait}, func(ctx context.Context) (err error) {
+			if f == nil {
+				start, cancel := context.WithTimeout(ctx, bus.AttemptTimeout)
+				f, err = newFollower(start, cfg.Bus, prev, nil, true)
+				cancel()
+				if err != nil {
+					return err
+				}
+			}
+			if done, _, complete, err = f.update(ctx); err != nil {
+				f = nil
+			}
+			return err
+		})
 		if err != nil {
 			return nil, fmt.Errorf("read run %s: %w", cfg.RunID, err)
 		}
@@ -83,8 +119,6 @@ func Publish(ctx context.Context, cfg RunConfig) (*Published, error) {
 			out.Answered, out.Complete = done, true
 			return out, nil
 		}
-	} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, fmt.Errorf("read run %s: %w", cfg.RunID, err)
 	}
 	if err := checkSizes(cfg, m); err != nil {
 		return nil, err
@@ -96,11 +130,13 @@ func Publish(ctx context.Context, cfg RunConfig) (*Published, error) {
 		if loc, ok := cfg.Gold[in.InstanceID]; ok {
 			g = &loc
 		}
-		if err := cfg.Bus.PutGold(ctx, cfg.RunID, cfg.Iteration, in.InstanceID, g); err != nil {
+		if err := retry(func(ctx context.Context) error {
+			return cfg.Bus.PutGold(ctx, cfg.RunID, cfg.Iteration, in.InstanceID, g)
+		}); err != nil {
 			return nil, err
 		}
 	}
-	if err := cfg.Bus.PutRun(ctx, m); err != nil {
+	if err := retry(func(ctx context.Context) error { return cfg.Bus.PutRun(ctx, m) }); err != nil {
 		return nil, err
 	}
 	total := m.Expected - len(filter(answered))
@@ -111,7 +147,7 @@ func Publish(ctx context.Context, cfg RunConfig) (*Published, error) {
 				continue
 			}
 			job.Attempt = m.Attempt
-			if err := publishJob(ctx, cfg.Bus, job); err != nil {
+			if err := retry(func(ctx context.Context) error { return publishJob(ctx, cfg.Bus, job) }); err != nil {
 				return nil, err
 			}
 			out.Queued++

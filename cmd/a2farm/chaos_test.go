@@ -213,10 +213,31 @@ func TestChaos(t *testing.T) {
 		all = append(all, c)
 		return c
 	}
-	coord := nextRun()
 	kills := map[string]int{}
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
 	began := time.Now()
+	// A coordinator is also killed within its first second, one start in
+	// three — while it reads its run, as a retried Kubernetes Job or a
+	// resumed laptop meets it — and started again at once.
+	startupKill := func(c *member) {
+		if rng.IntN(3) != 0 {
+			return
+		}
+		after := time.Duration(rng.Int64N(int64(time.Second)))
+		time.Sleep(after)
+		select {
+		case err := <-c.done: // it finished already
+			c.done <- err
+			return
+		default:
+		}
+		c.kill()
+		kills["startup"]++
+		t.Logf("%5.1fs kill -9 %s %s after its start", time.Since(began).Seconds(), c.name, after.Round(10*time.Millisecond))
+		c.start(t)
+	}
+	coord := nextRun()
+	startupKill(coord)
 	chaosOver := began.Add(chaosFor)
 	nextKill := began.Add(chaosEvery + time.Duration(rng.Int64N(int64(chaosEvery))))
 	finalDeadline := chaosOver.Add(10 * time.Minute)
@@ -231,6 +252,7 @@ func TestChaos(t *testing.T) {
 				goto settle
 			}
 			coord = nextRun()
+			startupKill(coord)
 			continue
 		case <-time.After(200 * time.Millisecond):
 		}
@@ -270,6 +292,9 @@ func TestChaos(t *testing.T) {
 		t.Logf("%5.1fs kill -9 %s, down %s", time.Since(began).Seconds(), victim.name, down.Round(100*time.Millisecond))
 		time.Sleep(down)
 		victim.start(t)
+		if victim == coord {
+			startupKill(coord)
+		}
 		// One NATS node down at a time: the next kill waits for it.
 		if err := victim.waitReady(2 * time.Minute); err != nil {
 			t.Fatal(err)
@@ -291,8 +316,8 @@ settle:
 	res := checkChaos(t, readChaos(t, natsURL, learnerOut, runs), lrn.logs)
 	t.Logf("%d runs, %.0f s of chaos, %.0f s in all", len(runs), chaosFor.Seconds(), time.Since(began).Seconds())
 	fmt.Printf("chaos: groups %d sharded %d twice %d\n", res.groups, res.sharded, res.shardedTwice)
-	fmt.Printf("chaos: jobs %d answered %d duplicated %d lost %d kills worker=%d learner=%d coordinator=%d nats=%d policy=%d\n",
-		res.jobs, res.answered, res.duplicated, res.lost, kills["worker"], kills["learner"], kills["coordinator"], kills["nats"], kills["policy"])
+	fmt.Printf("chaos: jobs %d answered %d duplicated %d lost %d kills worker=%d learner=%d coordinator=%d (at start-up %d) nats=%d policy=%d\n",
+		res.jobs, res.answered, res.duplicated, res.lost, kills["worker"], kills["learner"], kills["coordinator"], kills["startup"], kills["nats"], kills["policy"])
 	if res.answered != res.jobs || res.duplicated != 0 || res.lost != 0 || res.sharded != res.groups || res.shardedTwice != 0 {
 		t.Fail()
 	}

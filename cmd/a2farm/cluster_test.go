@@ -13,8 +13,6 @@ import (
 	"github.com/a2farm/a2farm/lang/python"
 	"github.com/a2farm/a2farm/worker/repoindex"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	"github.com/a2farm/a2farm/coordinator"
@@ -48,15 +46,7 @@ func testClusterLosesANode(t *testing.T, leader bool) {
 	c := natstest.StartCluster(t, confs...)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	nc, err := nats.Connect(c.URLs(), nats.UserInfo("farm", "s3cret"), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, js := c.Connect()
 	cfg := bus.DefaultConfig()
 	cfg.Replicas, cfg.AckWait = 3, 3*time.Second
 	var b *bus.Bus

@@ -85,7 +85,10 @@ func runCoordinator(ctx context.Context, e *env, o *coordinatorOptions) error {
 	}
 	progress, finish := e.progress("published")
 	pub, err := coordinator.Publish(ctx, coordinator.RunConfig{Bus: farm.bus, RunID: o.id, Iteration: o.iteration,
-		Instances: report.Instances, Gold: report.Locations(), Samples: o.samples, Spec: spec, Rerun: o.rerun, Progress: progress})
+		Instances: report.Instances, Gold: report.Locations(), Samples: o.samples, Spec: spec, Rerun: o.rerun, Progress: progress,
+		OnWait: func(err error) {
+			e.log.Warn().Err(err).Msg("JetStream answers 'not now' (a cluster electing a leader, a node restarting); waiting")
+		}})
 	finish()
 	if err != nil {
 		return err

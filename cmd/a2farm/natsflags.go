@@ -21,6 +21,9 @@ type natsFlags struct {
 	cfg                                                bus.Config
 	// cmd tells which topology flags were given explicitly.
 	cmd *cobra.Command
+	// onWait is told when the server first answers "not now" at start-up
+	// (a command's log; nil: nothing said).
+	onWait func(error)
 }
 
 func (n *natsFlags) bind(cmd *cobra.Command) {
@@ -83,7 +86,7 @@ func (n *natsFlags) own(ctx context.Context, name string) (*nats.Conn, *bus.Bus,
 	if err := n.cfg.Validate(); err != nil {
 		return nil, nil, &usageError{err}
 	}
-	return n.dial(ctx, name, func(js jetstream.JetStream) (*bus.Bus, error) { return bus.Open(ctx, js, n.cfg) })
+	return n.dial(ctx, name, func(ctx context.Context, js jetstream.JetStream) (*bus.Bus, error) { return bus.Open(ctx, js, n.cfg) })
 }
 
 // agree checks the explicitly given topology flags against the farm's.
@@ -102,10 +105,10 @@ func (n *natsFlags) agree(farm bus.Config) error {
 
 // attach dials NATS and opens the existing topology without changing it.
 func (n *natsFlags) attach(ctx context.Context, name string) (*nats.Conn, *bus.Bus, error) {
-	return n.dial(ctx, name, func(js jetstream.JetStream) (*bus.Bus, error) { return bus.Attach(ctx, js) })
+	return n.dial(ctx, name, func(ctx context.Context, js jetstream.JetStream) (*bus.Bus, error) { return bus.Attach(ctx, js) })
 }
 
-func (n *natsFlags) dial(ctx context.Context, name string, open func(jetstream.JetStream) (*bus.Bus, error)) (*nats.Conn, *bus.Bus, error) {
+func (n *natsFlags) dial(ctx context.Context, name string, open func(context.Context, jetstream.JetStream) (*bus.Bus, error)) (*nats.Conn, *bus.Bus, error) {
 	opts := []nats.Option{nats.Name("a2farm " + name), nats.MaxReconnects(-1), nats.ReconnectWait(time.Second)}
 	if n.user != "" {
 		opts = append(opts, nats.UserInfo(n.user, os.Getenv("A2FARM_NATS_PASSWORD")))
@@ -145,7 +148,14 @@ func (n *natsFlags) dial(ctx context.Context, name string, open func(jetstream.J
 		nc.Close()
 		return nil, nil, err
 	}
-	b, err := open(js)
+	// A server that answers "not now" (a cluster electing a leader, a node
+	// restarting) is waited out until ctx ends; what it refuses for good,
+	// or a farm without the topology, ends the command.
+	var b *bus.Bus
+	err = bus.Retry(ctx, bus.RetryOptions{Attempt: bus.AttemptTimeout, OnRetry: n.onWait}, func(ctx context.Context) (err error) {
+		b, err = open(ctx, js)
+		return err
+	})
 	if err != nil {
 		nc.Close()
 		return nil, nil, err

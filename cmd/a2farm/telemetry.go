@@ -64,6 +64,9 @@ type farmMember struct {
 // joinFarm connects to NATS as name, opens the topology and starts the
 // metrics server; call leave on every return path.
 func joinFarm(ctx context.Context, e *env, nf *natsFlags, mf *metricsFlags, name string) (*farmMember, error) {
+	nf.onWait = func(err error) {
+		e.log.Warn().Err(err).Msg("JetStream answers 'not now' (a cluster electing a leader, a node restarting); waiting")
+	}
 	nc, b, err := nf.connect(ctx, name)
 	if err != nil {
 		return nil, err

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Cluster is a JetStream cluster of real servers on loopback, started
@@ -113,6 +115,24 @@ func (c *Cluster) URLs() string {
 		urls = append(urls, s.ClientURL())
 	}
 	return strings.Join(urls, ",")
+}
+
+// Connect is a client of every node as the farm's user (deploy/nats's
+// files: farm, the password in NATS_FARM_PASSWORD), reconnecting for ever
+// to whichever node is up; it closes with the test.
+func (c *Cluster) Connect() (*nats.Conn, jetstream.JetStream) {
+	c.t.Helper()
+	nc, err := nats.Connect(c.URLs(), nats.UserInfo("farm", os.Getenv("NATS_FARM_PASSWORD")), nats.MaxReconnects(-1),
+		nats.ReconnectWait(100*time.Millisecond))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return nc, js
 }
 
 // StreamLeader is the node leading a stream of the global account.
