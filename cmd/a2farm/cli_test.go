@@ -46,6 +46,10 @@ func TestExitCodes(t *testing.T) {
 		t.Fatal(err)
 	}
 	noServer := fmt.Sprintf("nats://127.0.0.1:%d", freePort(t))
+	iterate := func(extra ...string) []string {
+		return append([]string{"iterate", "--run", "r", "--dataset", invalid, "--repos", dir, "--out", filepath.Join(dir, "it"),
+			"--model", "m", "--base-url", "http://127.0.0.1:1/v1"}, extra...)
+	}
 	tests := []struct {
 		name string
 		args []string
@@ -68,6 +72,9 @@ func TestExitCodes(t *testing.T) {
 		{"gold of an invalid dataset", []string{"gold", "--dataset", invalid, "--repos", dir}, exitUsage, "all 3 rows are invalid"},
 		{"localize of an invalid dataset", []string{"localize", "--dataset", invalid, "--repos", dir, "--out", filepath.Join(dir, "l")}, exitUsage, "all 3 rows are invalid"},
 		{"up of an invalid dataset", []string{"up", "--dataset", invalid, "--repos", dir, "--out", filepath.Join(dir, "u")}, exitUsage, "all 3 rows are invalid"},
+		{"iterate warm-up flags without a teacher", iterate("--teacher-tries", "3"), exitUsage, "--teacher-url and --teacher-tries configure the warm-up: give --teacher MODEL (or heuristic)"},
+		{"iterate teacher and an adapter 0", iterate("--teacher", "heuristic", "--init-adapter", dir), exitUsage, "--teacher trains adapter 0 and --init-adapter gives it: pass one of them"},
+		{"iterate heuristic teacher with a server", iterate("--teacher", "heuristic", "--teacher-url", "http://127.0.0.1:1/v1"), exitUsage, "--teacher heuristic is built in: it needs no --teacher-url"},
 		{"strict on a bad row", []string{"localize", "--strict", "--dataset", invalid, "--repos", dir, "--out", filepath.Join(dir, "l")}, exitUsage, `line 1 (x): missing field "repo"`},
 		{"missing predictions", []string{"eval", "--predictions", "/nope.jsonl", "--gold", invalid}, exitUsage, "--predictions /nope.jsonl: no such file or folder"},
 		{"missing archive", []string{"replay", "--archive", "/nope", "--gold", invalid, "--out", dir}, exitUsage, "--archive /nope: no such file or folder"},

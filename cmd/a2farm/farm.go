@@ -84,7 +84,8 @@ func runCoordinator(ctx context.Context, e *env, o *coordinatorOptions) error {
 		return err
 	}
 	progress, finish := e.progress("published")
-	pub, err := coordinator.Publish(ctx, coordinator.RunConfig{Bus: farm.bus, RunID: o.id, Iteration: o.iteration,
+	// A cluster that answers "not now" is waited out within --timeout too.
+	pub, err := coordinator.Publish(waitCtx(ctx, o.timeout), coordinator.RunConfig{Bus: farm.bus, RunID: o.id, Iteration: o.iteration,
 		Instances: report.Instances, Gold: report.Locations(), Samples: o.samples, Spec: spec, Rerun: o.rerun, Progress: progress,
 		OnWait: func(err error) {
 			e.log.Warn().Err(err).Msg("JetStream answers 'not now' (a cluster electing a leader, a node restarting); waiting")
