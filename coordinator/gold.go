@@ -74,6 +74,15 @@ type GoldReport struct {
 	Skipped   []*dataset.RowError
 }
 
+// Golds are the rows' gold, in order, as the metrics take them.
+func (r *GoldReport) Golds() []schema.Gold {
+	out := make([]schema.Gold, len(r.Rows))
+	for i, row := range r.Rows {
+		out[i] = row.Gold
+	}
+	return out
+}
+
 // Locations maps each instance with gold (not null) to its locations, as
 // jobs are published with.
 func (r *GoldReport) Locations() map[string]schema.Locations {

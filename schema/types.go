@@ -440,6 +440,12 @@ type LocOutput struct {
 	RawOutput  string   `json:"raw_output"`
 }
 
+// LocOutput is the trajectory's parsed answer as a loc_outputs.jsonl row.
+func (tr Trajectory) LocOutput() LocOutput {
+	return LocOutput{InstanceID: tr.InstanceID, Sample: tr.Sample, Files: tr.Predictions.Files,
+		Modules: tr.Predictions.Modules, Entities: tr.Predictions.Entities, RawOutput: tr.FinalAnswer}
+}
+
 // RunManifest is stored in the runs bucket for each run iteration: what
 // the run asked for, so that workers, the learner and status agree on it.
 type RunManifest struct {

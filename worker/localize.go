@@ -439,8 +439,8 @@ func writeLocOutputs(path string, trs []schema.Trajectory) error {
 			if tr.Fork.IsBranch() {
 				continue // predictions are the base samples'; branches are training data
 			}
-			row := schema.LocOutput{InstanceID: tr.InstanceID, Sample: tr.Sample, Files: nonNil(tr.Predictions.Files),
-				Modules: nonNil(tr.Predictions.Modules), Entities: nonNil(tr.Predictions.Entities), RawOutput: tr.FinalAnswer}
+			row := tr.LocOutput()
+			row.Files, row.Modules, row.Entities = nonNil(row.Files), nonNil(row.Modules), nonNil(row.Entities)
 			if err := enc.Encode(row); err != nil {
 				return err
 			}

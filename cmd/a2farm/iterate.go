@@ -343,6 +343,7 @@ type iterateSteps struct {
 	policies *policy.Registry
 	index    repoindex.BuildOptions
 	gold     *coordinator.GoldReport
+	evalGold *coordinator.GoldReport // --eval-dataset's, extracted at its first evaluation
 	learn    learner.Config
 	bus      *bus.Bus
 	shards   string // the learner's shards tree
@@ -520,6 +521,20 @@ func (s *iterateSteps) runTrainer(ctx context.Context, k int, v iterate.TrainerV
 	return trainStats(v.Out)
 }
 
+// localize plays cfg's instances in the driver's process, as the warm-up
+// and the evaluation do, into out (continued where an interrupted run left
+// it), with this process's policies, index options and limits.
+func (s *iterateSteps) localize(ctx context.Context, label, out, reposDir string, cfg worker.LocalizeConfig) (worker.LocalizeResult, error) {
+	repos := gitrepo.NewSet(reposDir)
+	defer repos.Close()
+	_, statErr := os.Stat(out)
+	progress, finish := s.e.progress(label)
+	defer finish()
+	cfg.Repos, cfg.Policies, cfg.Index, cfg.Concurrency, cfg.Out, cfg.Resume = repos, s.policies, s.index, s.o.concurrency, out, statErr == nil
+	cfg.Grace, cfg.Abort, cfg.Log, cfg.Progress, cfg.OutageBudget = worker.DefaultLocalizeGrace, s.e.abort, s.e.log, progress, s.o.endpoints.outageBudget
+	return worker.Localize(ctx, cfg)
+}
+
 func (s *iterateSteps) Evaluate(ctx context.Context, k int) (iterate.EvalResult, bool, error) {
 	if s.o.evalDataset == "" {
 		return iterate.EvalResult{}, false, nil
@@ -534,31 +549,23 @@ func (s *iterateSteps) Evaluate(ctx context.Context, k int) (iterate.EvalResult,
 	spec.Policy = s.policyOf(j, path)
 	spec.Sampling.Temperature, spec.Sampling.TopP = 0, 0
 	spec.Branching = schema.Branching{}
-	repos := gitrepo.NewSet(s.o.evalRepos)
-	defer repos.Close()
-	golds, err := coordinator.RunGold(ctx, coordinator.GoldConfig{Dataset: s.o.evalDataset, ReposDir: s.o.evalRepos,
-		Languages: s.e.languages, MaxEditFiles: gold.DefaultMaxEditFiles, Log: s.e.log})
+	if s.evalGold == nil { // the held-out set's gold is the same for every iteration
+		g, err := coordinator.RunGold(ctx, coordinator.GoldConfig{Dataset: s.o.evalDataset, ReposDir: s.o.evalRepos,
+			Languages: s.e.languages, MaxEditFiles: gold.DefaultMaxEditFiles, Log: s.e.log})
+		if err != nil {
+			return iterate.EvalResult{}, false, err
+		}
+		s.evalGold = g
+	}
+	res, err := s.localize(ctx, "evaluation", filepath.Join(s.o.out, "eval", fmt.Sprintf("it%d", k)), s.o.evalRepos,
+		worker.LocalizeConfig{Instances: s.evalGold.Instances, Spec: spec, Samples: s.o.evalSamples})
 	if err != nil {
 		return iterate.EvalResult{}, false, err
 	}
-	out := filepath.Join(s.o.out, "eval", fmt.Sprintf("it%d", k))
-	_, statErr := os.Stat(out)
-	progress, finish := s.e.progress("evaluation")
-	res, err := worker.Localize(ctx, worker.LocalizeConfig{Instances: golds.Instances, Repos: repos, Spec: spec, Policies: s.policies,
-		Index: s.index, Samples: s.o.evalSamples, Concurrency: s.o.concurrency, Out: out, Resume: statErr == nil,
-		Grace: worker.DefaultLocalizeGrace, Abort: s.e.abort, Log: s.e.log, Progress: progress, OutageBudget: s.o.endpoints.outageBudget})
-	finish()
-	if err != nil {
-		return iterate.EvalResult{}, false, err
-	}
-	gs := make([]schema.Gold, len(golds.Rows))
-	for i, r := range golds.Rows {
-		gs[i] = r.Gold
-	}
-	var preds []schema.LocOutput
-	for _, tr := range res.Trajectories {
-		preds = append(preds, schema.LocOutput{InstanceID: tr.InstanceID, Sample: tr.Sample,
-			Files: tr.Predictions.Files, Modules: tr.Predictions.Modules, Entities: tr.Predictions.Entities})
+	gs := s.evalGold.Golds()
+	preds := make([]schema.LocOutput, len(res.Trajectories))
+	for i, tr := range res.Trajectories {
+		preds[i] = tr.LocOutput()
 	}
 	rep, err := metrics.Evaluate(preds, gs, metrics.EvalOptions{Languages: s.e.languages})
 	if err != nil {

@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 
 	"github.com/a2farm/a2farm/coordinator/iterate"
-	"github.com/a2farm/a2farm/internal/gitrepo"
 	"github.com/a2farm/a2farm/learner"
 	"github.com/a2farm/a2farm/schema"
 	"github.com/a2farm/a2farm/worker"
@@ -46,8 +45,6 @@ func (s *iterateSteps) warmupDir() string { return filepath.Join(s.o.out, "warmu
 // is missing.
 func (s *iterateSteps) warmup(ctx context.Context) (iterate.RolloutResult, error) {
 	spec := s.teacherSpec()
-	repos := gitrepo.NewSet(s.o.reposDir)
-	defer repos.Close()
 	gold := s.gold.Locations()
 	remaining := s.gold.Instances
 	var (
@@ -56,14 +53,8 @@ func (s *iterateSteps) warmup(ctx context.Context) (iterate.RolloutResult, error
 		tries  int
 	)
 	for try := 1; try <= s.o.teacherTries && len(remaining) > 0; try++ {
-		out := filepath.Join(s.warmupDir(), fmt.Sprintf("try%d", try))
-		_, statErr := os.Stat(out)
-		progress, finish := s.e.progress(fmt.Sprintf("teacher try %d", try))
-		lr, err := worker.Localize(ctx, worker.LocalizeConfig{Instances: remaining, Repos: repos, Spec: spec, Policies: s.policies,
-			Index: s.index, Samples: 1, FirstSample: int64(try - 1), Concurrency: s.o.concurrency, RunID: s.o.runID, Out: out,
-			Resume: statErr == nil, Grace: worker.DefaultLocalizeGrace, Abort: s.e.abort, Log: s.e.log, Progress: progress,
-			OutageBudget: s.o.endpoints.outageBudget})
-		finish()
+		lr, err := s.localize(ctx, fmt.Sprintf("teacher try %d", try), filepath.Join(s.warmupDir(), fmt.Sprintf("try%d", try)), s.o.reposDir,
+			worker.LocalizeConfig{Instances: remaining, Spec: spec, Samples: 1, FirstSample: int64(try - 1), RunID: s.o.runID})
 		if err != nil {
 			return iterate.RolloutResult{}, fmt.Errorf("teacher try %d: %w", try, err)
 		}

@@ -214,9 +214,5 @@ func extractGold(ctx context.Context, e *env, datasetPath, reposDir string) ([]s
 	if err != nil {
 		return nil, err
 	}
-	golds := make([]schema.Gold, len(report.Rows))
-	for i, r := range report.Rows {
-		golds[i] = r.Gold
-	}
-	return golds, nil
+	return report.Golds(), nil
 }

@@ -513,14 +513,10 @@ func scoreUp(e *env, runID, learnerOut string, report *coordinator.GoldReport, a
 			trs = append(trs, tr)
 		}
 	}
-	golds := make([]schema.Gold, len(report.Rows))
-	for i, r := range report.Rows {
-		golds[i] = r.Gold
-	}
+	golds := report.Golds()
 	var preds []schema.LocOutput
 	for _, tr := range trs {
-		preds = append(preds, schema.LocOutput{InstanceID: tr.InstanceID, Sample: tr.Sample,
-			Files: tr.Predictions.Files, Modules: tr.Predictions.Modules, Entities: tr.Predictions.Entities})
+		preds = append(preds, tr.LocOutput())
 	}
 	rep, err := metrics.Evaluate(preds, golds, metrics.EvalOptions{Languages: e.languages})
 	if err != nil {

@@ -320,8 +320,7 @@ func (r *Report) evaluate(s *series, l *lang.Set) error {
 		if tr.Fork.IsBranch() {
 			continue // the policy is scored on its base samples
 		}
-		preds = append(preds, schema.LocOutput{InstanceID: tr.InstanceID, Sample: tr.Sample,
-			Files: tr.Predictions.Files, Modules: tr.Predictions.Modules, Entities: tr.Predictions.Entities})
+		preds = append(preds, tr.LocOutput())
 		if loc, ok := s.gold[tr.InstanceID]; ok {
 			golds[tr.InstanceID] = goldRow(tr.InstanceID, tr.Repo, loc)
 		}
