@@ -133,6 +133,11 @@ bench-go: ## Go parsing side by side: tree-sitter-go (lang/golang) and go/parser
 	@mkdir -p $(RUN_DIR)
 	A2FARM_BENCH_GODIR=$(abspath $(GODIR)) $(GO) test ./lang/golang -run '^$$' -bench ParseBeside -benchmem -count 3 | tee $(RUN_DIR)/bench-go.txt
 
+.PHONY: java-parity
+java-parity: ## lang/java against the JDK's own parser (javac's tree API) on JAVADIR, a checkout of a Java repository: definitions, spans, imports (needs a JDK 17+)
+	@test -n "$(JAVADIR)" || { echo "java-parity: set JAVADIR to a checkout of a Java repository"; exit 2; }
+	A2FARM_JAVA_PARITY_ROOT=$(abspath $(JAVADIR)) $(GO) test ./lang/java -run AgreesWithJavacOnARepository -count 1 -v | grep -v '^=== RUN'
+
 .PHONY: bench-outage
 bench-outage: ## policy outages against a two-worker farm: one of two stand-in replicas down 25 s, then both down 40 s (docs/RELIABILITY.md)
 	@mkdir -p $(RUN_DIR)

@@ -29,8 +29,9 @@ type GoldConfig struct {
 	ReposDir string // one repository per dataset repo, named owner__name
 	Out      string // gt_location.jsonl to write; "" writes nothing
 	Strict   bool   // fail on the first bad dataset row
-	// Languages read the edited files, each by its own (required).
-	Languages *lang.Set
+	// Languages decide each instance's languages (required): its edited
+	// files of those are read, each by its own.
+	Languages lang.Selection
 	// MaxEditFiles: instances editing more source files get null gold (0: no limit).
 	MaxEditFiles int
 	// ReferenceNulls: null gold where the reference generator fails
@@ -53,7 +54,7 @@ func (c *GoldConfig) validate() error {
 		return errors.New("a dataset is required (--dataset)")
 	case c.ReposDir == "":
 		return errors.New("a repos folder is required (--repos)")
-	case c.Languages.Len() == 0:
+	case c.Languages.Registry().Len() == 0:
 		return errors.New("no language to parse the dataset's files with")
 	case c.MaxEditFiles < 0:
 		return fmt.Errorf("max edit files must be >= 0, got %d", c.MaxEditFiles)
@@ -110,7 +111,7 @@ func RunGold(ctx context.Context, cfg GoldConfig) (*GoldReport, error) {
 	}
 	repos := gitrepo.NewSet(cfg.ReposDir)
 	defer repos.Close()
-	ds, err := dataset.Load(ctx, cfg.Dataset, dataset.Options{Strict: cfg.Strict, Repos: repos, WithRequirements: cfg.WithRequirements})
+	ds, err := dataset.Load(ctx, cfg.Dataset, dataset.Options{Strict: cfg.Strict, Repos: repos, WithRequirements: cfg.WithRequirements, Languages: cfg.Languages})
 	if err != nil {
 		return nil, err
 	}
@@ -140,7 +141,7 @@ func RunGold(ctx context.Context, cfg GoldConfig) (*GoldReport, error) {
 	})
 	for range workers {
 		g.Go(func() error {
-			ex, err := gold.NewExtractor(gold.Options{Languages: cfg.Languages, MaxEditFiles: cfg.MaxEditFiles, ReferenceNulls: cfg.ReferenceNulls}, isNotFound)
+			ex, err := gold.NewExtractor(gold.Options{Languages: cfg.Languages.Registry(), MaxEditFiles: cfg.MaxEditFiles, ReferenceNulls: cfg.ReferenceNulls}, isNotFound)
 			if err != nil {
 				return err
 			}

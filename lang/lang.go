@@ -79,6 +79,14 @@ type GoldSkipper interface {
 	SkipsGold(path string) bool
 }
 
+// ModuleNamer is a language whose answers name an entity's module by its
+// own rule rather than the reference's (the entity's parent): Java's
+// nested types belong to the module of their outermost type, as its gold
+// says. qual is the entity's QualName.
+type ModuleNamer interface {
+	ModuleOf(qual string) string
+}
+
 // Entity is what a changed line edits: a method ("C.m"), a function ("f")
 // or a class ("C", with Class set). The gold module of an entity is the
 // first dotted segment of its name.

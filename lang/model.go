@@ -171,6 +171,9 @@ type Call struct {
 type File struct {
 	Path  string `json:"path"`
 	Lines int    `json:"lines"`
+	// Package is the package the file declares, for languages whose files
+	// name theirs (Java's "com.example.util"); "" when none.
+	Package string `json:"package,omitempty"`
 	// Defs are the top-level definitions in source order; nested ones hang
 	// off Children.
 	Defs        []*Def       `json:"defs,omitempty"`

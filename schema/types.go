@@ -14,6 +14,10 @@ type Instance struct {
 	BaseCommit       string `json:"base_commit" arrow:"base_commit"`
 	ProblemStatement string `json:"problem_statement" arrow:"problem_statement"`
 	Patch            string `json:"patch" arrow:"patch"`
+	// Languages name the languages the instance's snapshot is read with
+	// (lang.Selection: the run's --languages, else the row's own, else
+	// Python); empty means every language the reader knows.
+	Languages []string `json:"languages,omitempty" arrow:"languages"`
 	// Extra holds the row's other fields (hints, tests, version...) as a
 	// JSON object, kept so that nothing a user supplied is lost.
 	Extra json.RawMessage `json:"-" arrow:"extra_json"`
@@ -181,19 +185,22 @@ type Limits struct {
 // Job is one rollout to run: an instance, a sample index and everything
 // needed to reproduce the episode.
 type Job struct {
-	JobID            string   `json:"job_id" arrow:"job_id"`
-	RunID            string   `json:"run_id" arrow:"run_id"`
-	Iteration        int64    `json:"iteration" arrow:"iteration"`
-	InstanceID       string   `json:"instance_id" arrow:"instance_id"`
-	Repo             string   `json:"repo" arrow:"repo"`
-	BaseCommit       string   `json:"base_commit" arrow:"base_commit"`
-	ProblemStatement string   `json:"problem_statement" arrow:"problem_statement"`
-	Sample           int64    `json:"sample" arrow:"sample"`
-	Policy           Policy   `json:"policy" arrow:"policy"`
-	Sampling         Sampling `json:"sampling" arrow:"sampling"`
-	Limits           Limits   `json:"limits" arrow:"limits"`
-	Tools            []string `json:"tools" arrow:"tools"`
-	Attempt          int64    `json:"attempt" arrow:"attempt"`
+	JobID            string `json:"job_id" arrow:"job_id"`
+	RunID            string `json:"run_id" arrow:"run_id"`
+	Iteration        int64  `json:"iteration" arrow:"iteration"`
+	InstanceID       string `json:"instance_id" arrow:"instance_id"`
+	Repo             string `json:"repo" arrow:"repo"`
+	BaseCommit       string `json:"base_commit" arrow:"base_commit"`
+	ProblemStatement string `json:"problem_statement" arrow:"problem_statement"`
+	// Languages are the instance's (Instance.Languages): the worker reads
+	// the snapshot with them.
+	Languages []string `json:"languages,omitempty" arrow:"languages"`
+	Sample    int64    `json:"sample" arrow:"sample"`
+	Policy    Policy   `json:"policy" arrow:"policy"`
+	Sampling  Sampling `json:"sampling" arrow:"sampling"`
+	Limits    Limits   `json:"limits" arrow:"limits"`
+	Tools     []string `json:"tools" arrow:"tools"`
+	Attempt   int64    `json:"attempt" arrow:"attempt"`
 	// Handoffs counts the workers that could not serve the job's policy
 	// and passed it on to one that can.
 	Handoffs int64 `json:"handoffs,omitempty" arrow:"handoffs"`
@@ -517,7 +524,7 @@ func (s RunSpec) Job(runID string, iteration int64, in Instance, sample int64) J
 	return Job{
 		JobID: JobID(runID, iteration, in.InstanceID, sample), RunID: runID, Iteration: iteration,
 		InstanceID: in.InstanceID, Repo: in.Repo, BaseCommit: in.BaseCommit, ProblemStatement: in.ProblemStatement,
-		Sample: sample, Policy: s.Policy, Sampling: sampling, Limits: s.Limits, Tools: s.Tools, Attempt: 1,
+		Languages: in.Languages, Sample: sample, Policy: s.Policy, Sampling: sampling, Limits: s.Limits, Tools: s.Tools, Attempt: 1,
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 
 	"github.com/a2farm/a2farm/internal/bus"
 	"github.com/a2farm/a2farm/internal/gitrepo"
+	"github.com/a2farm/a2farm/lang"
 	"github.com/a2farm/a2farm/schema"
 	"github.com/a2farm/a2farm/worker/agent"
 	"github.com/a2farm/a2farm/worker/policy"
@@ -382,8 +383,15 @@ type indexEntry struct {
 // drops the reference. An index no episode uses stays open among the
 // KeepIndexes most recently released ones while the open indexes fit in
 // IndexMemory; beyond either bound the least recently used is closed.
-func (w *farmWorker) index(ctx context.Context, repo, commit string) (*repoindex.Index, func(), error) {
-	key := repo + "@" + commit
+//
+// An index is a snapshot read with a set of languages (a job's): the same
+// snapshot read with another set is another index.
+func (w *farmWorker) index(ctx context.Context, repo, commit string, languages []string) (*repoindex.Index, func(), error) {
+	opts, err := w.cfg.Index.For(languages)
+	if err != nil {
+		return nil, nil, err
+	}
+	key := indexKey(repo, commit, opts.Languages)
 	w.mu.Lock()
 	e, ok := w.indexes[key]
 	if !ok {
@@ -391,7 +399,7 @@ func (w *farmWorker) index(ctx context.Context, repo, commit string) (*repoindex
 		w.indexes[key] = e
 		go func() {
 			start := time.Now()
-			e.idx, e.err = repoindex.Build(ctx, w.cfg.Repos, repo, commit, w.cfg.Index)
+			e.idx, e.err = repoindex.Build(ctx, w.cfg.Repos, repo, commit, opts)
 			from := ""
 			if e.err == nil {
 				from = e.idx.Source()
@@ -480,6 +488,12 @@ func (w *farmWorker) indexMemory() (open int, bytes, budget int64) {
 		}
 	}
 	return open, w.indexBytes, w.cfg.IndexMemory
+}
+
+// indexKey names an index among a worker's: a snapshot and the languages
+// it is read with.
+func indexKey(repo, commit string, l *lang.Set) string {
+	return repo + "@" + commit + "/" + l.Key()
 }
 
 // closeIndexes closes every index once no episode runs.
@@ -573,8 +587,11 @@ func (w *farmWorker) runJob(ctx context.Context, job schema.Job, msg jetstream.M
 		}
 		parent = &rec
 	}
+	if _, err := w.cfg.Index.For(job.Languages); err != nil {
+		return w.giveUp(ctx, job, delivered(msg, 1), "this worker cannot read the job's languages: "+err.Error())
+	}
 	stopProgress := keepAlive(msg, w.cfg.Bus.AckWait())
-	idx, release, err := w.index(ctx, job.Repo, job.BaseCommit)
+	idx, release, err := w.index(ctx, job.Repo, job.BaseCommit, job.Languages)
 	stopProgress()
 	if err != nil {
 		if errors.Is(err, gitrepo.ErrNotFound) {

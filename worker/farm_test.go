@@ -4,13 +4,16 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/a2farm/a2farm/lang"
+	"github.com/a2farm/a2farm/lang/golang"
 	"github.com/a2farm/a2farm/lang/python"
+	"github.com/a2farm/a2farm/lang/typescript"
 	"github.com/a2farm/a2farm/worker/repoindex"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -191,18 +194,18 @@ func TestIdleIndexesAreKeptUpToTheLimit(t *testing.T) {
 			}
 			w := &farmWorker{cfg: cfg, indexes: map[string]*indexEntry{}}
 			defer w.closeIndexes()
-			first, release, err := w.index(ctx, snapshots[0][0], snapshots[0][1])
+			first, release, err := w.index(ctx, snapshots[0][0], snapshots[0][1], nil)
 			if err != nil {
 				t.Fatal(err)
 			}
 			// Two episodes on one snapshot share the index.
-			again, releaseAgain, err := w.index(ctx, snapshots[0][0], snapshots[0][1])
+			again, releaseAgain, err := w.index(ctx, snapshots[0][0], snapshots[0][1], nil)
 			if err != nil || again != first {
 				t.Fatalf("second user got another index (%v)", err)
 			}
 			release()
 			releaseAgain()
-			reused, release, err := w.index(ctx, snapshots[0][0], snapshots[0][1])
+			reused, release, err := w.index(ctx, snapshots[0][0], snapshots[0][1], nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -211,7 +214,7 @@ func TestIdleIndexesAreKeptUpToTheLimit(t *testing.T) {
 			}
 			release()
 			for _, s := range snapshots[1:3] {
-				_, release, err := w.index(ctx, s[0], s[1])
+				_, release, err := w.index(ctx, s[0], s[1], nil)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -220,13 +223,13 @@ func TestIdleIndexesAreKeptUpToTheLimit(t *testing.T) {
 			if len(w.indexes) != tc.wantOpen || len(w.idle) != tc.wantOpen {
 				t.Fatalf("%d indexes open, %d idle; want %d", len(w.indexes), len(w.idle), tc.wantOpen)
 			}
-			if _, ok := w.indexes[snapshots[0][0]+"@"+snapshots[0][1]]; ok {
+			if _, ok := w.indexes[indexKey(snapshots[0][0], snapshots[0][1], cfg.Index.Languages)]; ok {
 				t.Error("the least recently used index is still open")
 			}
-			if _, _, err := w.index(ctx, "no/such", "abc1234"); err == nil {
+			if _, _, err := w.index(ctx, "no/such", "abc1234", nil); err == nil {
 				t.Fatal("an unknown snapshot built an index")
 			}
-			if _, ok := w.indexes["no/such@abc1234"]; ok {
+			if _, ok := w.indexes[indexKey("no/such", "abc1234", cfg.Index.Languages)]; ok {
 				t.Error("a failed build is kept")
 			}
 		})
@@ -280,7 +283,7 @@ func TestOpenIndexesStayWithinTheirMemoryBudget(t *testing.T) {
 	w := &farmWorker{cfg: cfg, indexes: map[string]*indexEntry{}}
 	defer w.closeIndexes()
 	for i, c := range commits {
-		idx, release, err := w.index(ctx, "o/r", c)
+		idx, release, err := w.index(ctx, "o/r", c, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -298,10 +301,10 @@ func TestOpenIndexesStayWithinTheirMemoryBudget(t *testing.T) {
 			t.Errorf("after snapshot %d: %d indexes open, want %d (KeepIndexes 10, but only two fit)", i, open, want)
 		}
 	}
-	if _, ok := w.indexes["o/r@"+commits[0]]; ok {
+	if _, ok := w.indexes[indexKey("o/r", commits[0], opts.Languages)]; ok {
 		t.Error("the least recently used index is still open")
 	}
-	if _, ok := w.indexes["o/r@"+commits[len(commits)-1]]; !ok {
+	if _, ok := w.indexes[indexKey("o/r", commits[len(commits)-1], opts.Languages)]; !ok {
 		t.Error("the most recently used index was closed")
 	}
 	if len(reports) != len(commits)*2 {
@@ -311,6 +314,63 @@ func TestOpenIndexesStayWithinTheirMemoryBudget(t *testing.T) {
 		if r.budget != budget || (i%2 == 1 && r.bytes > budget) {
 			t.Errorf("report %d: %+v (budget %d)", i, r, budget)
 		}
+	}
+}
+
+// TestAJobsLanguagesPickItsIndex: a worker reads a snapshot with the
+// languages of the job (an instance's), so jobs of one snapshot read with
+// two sets get two indexes, each with its own files; a job naming a
+// language the worker does not read gets none.
+func TestAJobsLanguagesPickItsIndex(t *testing.T) {
+	reposDir := t.TempDir()
+	r, err := repogen.Init(filepath.Join(reposDir, "o__r"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	commit, err := r.Commit("", repogen.Change{Message: "base", Write: map[string]string{
+		"app/main.py": "def main():\n    return 1\n", "web/app.js": "function mount() { return 1; }\n", "cli/main.go": "package main\n\nfunc main() {}\n"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	repos := gitrepo.NewSet(reposDir)
+	defer repos.Close()
+	cfg := Config{Bus: &bus.Bus{}, Repos: repos, Index: repoindex.BuildOptions{Languages: lang.NewSet(python.Language{}, golang.Language{}, typescript.Language{})},
+		Policies: builtinPolicies(t), KeepIndexes: 4}
+	if err := cfg.validate(); err != nil {
+		t.Fatal(err)
+	}
+	w := &farmWorker{cfg: cfg, indexes: map[string]*indexEntry{}}
+	defer w.closeIndexes()
+	files := func(languages []string) []string {
+		t.Helper()
+		idx, release, err := w.index(context.Background(), "o/r", commit, languages)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer release()
+		var out []string
+		for _, f := range idx.Graph.Files() {
+			out = append(out, f.Path)
+		}
+		return out
+	}
+	for _, c := range []struct {
+		languages []string
+		want      []string
+	}{
+		{[]string{"python"}, []string{"app/main.py"}},
+		{[]string{"go", "js"}, []string{"cli/main.go", "web/app.js"}},
+		{nil, []string{"app/main.py", "cli/main.go", "web/app.js"}}, // a job of an older coordinator: every language
+	} {
+		if got := files(c.languages); !slices.Equal(got, c.want) {
+			t.Errorf("languages %v: files %v, want %v", c.languages, got, c.want)
+		}
+	}
+	if len(w.indexes) != 3 {
+		t.Errorf("%d indexes for one snapshot read with three sets", len(w.indexes))
+	}
+	if _, _, err := w.index(context.Background(), "o/r", commit, []string{"java"}); err == nil || !strings.Contains(err.Error(), `"java" is not a language a2farm reads (python, go, typescript)`) {
+		t.Errorf("a language the worker does not read: %v", err)
 	}
 }
 

@@ -278,7 +278,11 @@ func (cfg *LocalizeConfig) runInstance(stop, ctx context.Context, inst schema.In
 	if len(jobs) == 0 && !cfg.Spec.Branching.On() {
 		return trs, nil // an earlier run finished this instance
 	}
-	idx, err := repoindex.Build(stop, cfg.Repos, inst.Repo, inst.BaseCommit, cfg.Index)
+	opts, err := cfg.Index.For(inst.Languages)
+	if err != nil {
+		return trs, fmt.Errorf("%s: %w", inst.InstanceID, err)
+	}
+	idx, err := repoindex.Build(stop, cfg.Repos, inst.Repo, inst.BaseCommit, opts)
 	switch {
 	case err != nil && (stop.Err() != nil || len(jobs) == 0):
 		return trs, nil // stopped, or only branches left, which need the index

@@ -42,6 +42,7 @@ func newCoordinatorCmd(e *env) *cobra.Command {
 	o.nats.bind(cmd)
 	o.metrics.bind(cmd)
 	o.run.bind(cmd, "openai")
+	e.bindLanguages(cmd, true)
 	f := cmd.Flags()
 	f.StringVar(&o.datasetPath, "dataset", "", "dataset JSONL or Parquet")
 	f.StringVar(&o.reposDir, "repos", envOr("A2FARM_REPOS", ""), "repositories named owner__name")
@@ -78,8 +79,12 @@ func runCoordinator(ctx context.Context, e *env, o *coordinatorOptions) error {
 		return err
 	}
 	defer farm.leave()
+	sel, err := e.selection()
+	if err != nil {
+		return err
+	}
 	report, err := coordinator.RunGold(ctx, coordinator.GoldConfig{Dataset: o.datasetPath, ReposDir: o.reposDir,
-		Strict: o.strict, WithRequirements: o.withRequirements, Languages: e.languages, MaxEditFiles: gold.DefaultMaxEditFiles, Log: e.log})
+		Strict: o.strict, WithRequirements: o.withRequirements, Languages: sel, MaxEditFiles: gold.DefaultMaxEditFiles, Log: e.log})
 	if err != nil {
 		return err
 	}

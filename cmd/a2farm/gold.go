@@ -18,15 +18,17 @@ func newGoldCmd(e *env) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "gold --dataset FILE --repos DIR [--out gt_location.jsonl]",
 		Short: "Extract gold locations from each instance's gold patch",
-		Long: `gold reads every edited .py file at the instance's base_commit straight from git,
-applies the gold patch in memory and maps the changed lines to the functions,
+		Long: `gold reads every edited source file of the instance's languages (--languages: by
+default the row's repo_language or language, Python for a row without one) at
+the instance's base_commit straight from git, applies the gold patch in memory
+and maps the changed lines to the functions,
 methods and classes that contain them, exactly as in the published
 gt_location.jsonl files (a class-body edit outside every method names the
 class; the generator's crash on added/deleted files is fixed). Rows are
 written in dataset order in the gt_location.jsonl format.
 
 Which gold to use: the default (the crash fixed) for training and for your
-own evaluations — an instance whose patch creates or deletes a .py file
+own evaluations — an instance whose patch creates or deletes a source file
 still gets its gold. --reference-nulls makes those instances null, exactly
 where the reference generator fails, so that eval scores the instance set
 the paper scored (its evaluation skips null rows): use it to reproduce
@@ -44,7 +46,10 @@ reference file and fails when any instance differs.`,
 				return err
 			}
 			cfg.Log = e.log
-			cfg.Languages = e.languages
+			var err error
+			if cfg.Languages, err = e.selection(); err != nil {
+				return err
+			}
 			if !quiet {
 				var finish func()
 				cfg.Progress, finish = e.progress("gold")
@@ -83,14 +88,15 @@ reference file and fails when any instance differs.`,
 			return nil
 		},
 	}
+	e.bindLanguages(cmd, true)
 	f := cmd.Flags()
 	f.StringVar(&cfg.Dataset, "dataset", "", "dataset: SWE-bench-style JSONL or Parquet")
 	f.StringVar(&cfg.ReposDir, "repos", envOr("A2FARM_REPOS", ""), "folder of git repositories named owner__name (env A2FARM_REPOS)")
 	f.StringVar(&cfg.Out, "out", "", "gt_location.jsonl to write")
 	f.BoolVar(&cfg.Strict, "strict", false, "fail on the first bad dataset row instead of skipping it")
-	f.IntVar(&cfg.MaxEditFiles, "max-edit-files", gold.DefaultMaxEditFiles, "null gold for instances editing more .py files (0: no limit)")
+	f.IntVar(&cfg.MaxEditFiles, "max-edit-files", gold.DefaultMaxEditFiles, "null gold for instances editing more source files (0: no limit)")
 	f.IntVar(&cfg.Concurrency, "concurrency", 0, "parallel extractions (0: one per CPU)")
-	f.BoolVar(&cfg.ReferenceNulls, "reference-nulls", false, "null gold where the reference generator fails (a patch that creates or deletes a .py file), to score the paper's instance set")
+	f.BoolVar(&cfg.ReferenceNulls, "reference-nulls", false, "null gold where the reference generator fails (a patch that creates or deletes a source file), to score the paper's instance set")
 	f.StringVar(&compare, "compare", "", "reference gt_location.jsonl to compare with (exit 1 on any difference)")
 	f.BoolVarP(&quiet, "quiet", "q", false, "no progress output")
 	return cmd

@@ -34,7 +34,7 @@ func newIndexBuildCmd(e *env) *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			start := time.Now()
-			idx, release, err := buildIndex(cmd.Context(), e.languages, sf, cf)
+			idx, release, err := buildIndex(cmd.Context(), e, sf, cf)
 			if err != nil {
 				return err
 			}
@@ -58,6 +58,7 @@ func newIndexBuildCmd(e *env) *cobra.Command {
 	}
 	sf.bind(cmd)
 	cf.bind(cmd)
+	e.bindLanguages(cmd, false)
 	return cmd
 }
 
@@ -90,8 +91,12 @@ func (f *snapshotFlags) open() (*gitrepo.Set, *gitrepo.Snapshot, error) {
 // buildIndex builds (or loads from the cache) the indexes of the snapshot
 // the flags name. release closes the index and then its repository, which
 // the commit tools read while the index is in use.
-func buildIndex(ctx context.Context, l *lang.Set, sf snapshotFlags, cf cacheFlags) (idx *repoindex.Index, release func(), err error) {
+func buildIndex(ctx context.Context, e *env, sf snapshotFlags, cf cacheFlags) (idx *repoindex.Index, release func(), err error) {
 	if err := sf.validate(); err != nil {
+		return nil, nil, err
+	}
+	l, err := e.snapshotLanguages()
+	if err != nil {
 		return nil, nil, err
 	}
 	opts, err := cf.options(l)
@@ -99,6 +104,9 @@ func buildIndex(ctx context.Context, l *lang.Set, sf snapshotFlags, cf cacheFlag
 		return nil, nil, err
 	}
 	repos := gitrepo.NewSet(sf.repos)
+	if snap, err := repos.At(sf.repo, sf.commit); err == nil {
+		e.noteUnread(snap, l)
+	}
 	idx, err = repoindex.Build(ctx, repos, sf.repo, sf.commit, opts)
 	if err != nil {
 		repos.Close()
@@ -125,18 +133,23 @@ builder) and prints one {"node","type","start_line","end_line"} line per node, t
 one {"src","dst","type"} line per edge. Parallel edges are kept.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			l, err := e.snapshotLanguages()
+			if err != nil {
+				return err
+			}
 			repos, snap, err := sf.open()
 			if err != nil {
 				return err
 			}
 			defer repos.Close()
+			e.noteUnread(snap, l)
 			start := time.Now()
-			src, parsed, err := codegraph.ParseSnapshot(cmd.Context(), e.languages, sf.repo, snap)
+			src, parsed, err := codegraph.ParseSnapshot(cmd.Context(), l, sf.repo, snap)
 			if err != nil {
 				return err
 			}
 			parse := time.Since(start)
-			g := codegraph.BuildGraph(e.languages, src, parsed)
+			g := codegraph.BuildGraph(l, src, parsed)
 			build := time.Since(start) - parse
 			e.log.Info().Int("files", len(src.Files)).Int("skipped", len(src.Skipped)).
 				Int("nodes", len(g.Nodes)).Int("edges", len(g.Edges)).
@@ -152,6 +165,7 @@ one {"src","dst","type"} line per edge. Parallel edges are kept.`,
 		},
 	}
 	sf.bind(cmd)
+	e.bindLanguages(cmd, false)
 	return cmd
 }
 

@@ -93,6 +93,7 @@ the step it stopped in, never repeating a finished one.`,
 	o.endpoints.bind(cmd)
 	o.cache.bind(cmd)
 	o.learn.bind(cmd, e)
+	e.bindLanguages(cmd, true)
 	f := cmd.Flags()
 	f.StringVar(&o.runID, "run", "", "run id; adapter j is served as <run>-it<j>")
 	f.StringVar(&o.datasetPath, "dataset", "", "training set: dataset JSONL or Parquet")
@@ -127,6 +128,7 @@ type iteratePlan struct {
 	EvalDataset, Shards                                 string
 	Teacher                                             string `json:",omitempty"`
 	TeacherTries                                        int    `json:",omitempty"`
+	Languages                                           string `json:",omitempty"`
 	Samples, EvalSamples                                int
 	Spec                                                schema.RunSpec
 }
@@ -207,6 +209,11 @@ func runIterate(ctx context.Context, e *env, o *iterateOptions) (err error) {
 	if o.teacher != "" {
 		plan.Teacher, plan.TeacherTries = o.teacher, o.teacherTries
 	}
+	sel, err := e.selection()
+	if err != nil {
+		return err
+	}
+	plan.Languages = sel.String()
 	if st, err := iterate.Load(o.out); err != nil {
 		return err
 	} else if st != nil && !o.resume {
@@ -216,7 +223,7 @@ func runIterate(ctx context.Context, e *env, o *iterateOptions) (err error) {
 	}
 
 	report, err := coordinator.RunGold(ctx, coordinator.GoldConfig{Dataset: o.datasetPath, ReposDir: o.reposDir,
-		Languages: e.languages, MaxEditFiles: gold.DefaultMaxEditFiles, Log: e.log})
+		Languages: sel, MaxEditFiles: gold.DefaultMaxEditFiles, Log: e.log})
 	if err != nil {
 		return err
 	}
@@ -550,8 +557,12 @@ func (s *iterateSteps) Evaluate(ctx context.Context, k int) (iterate.EvalResult,
 	spec.Sampling.Temperature, spec.Sampling.TopP = 0, 0
 	spec.Branching = schema.Branching{}
 	if s.evalGold == nil { // the held-out set's gold is the same for every iteration
+		sel, err := s.e.selection()
+		if err != nil {
+			return iterate.EvalResult{}, false, err
+		}
 		g, err := coordinator.RunGold(ctx, coordinator.GoldConfig{Dataset: s.o.evalDataset, ReposDir: s.o.evalRepos,
-			Languages: s.e.languages, MaxEditFiles: gold.DefaultMaxEditFiles, Log: s.e.log})
+			Languages: sel, MaxEditFiles: gold.DefaultMaxEditFiles, Log: s.e.log})
 		if err != nil {
 			return iterate.EvalResult{}, false, err
 		}

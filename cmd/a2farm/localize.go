@@ -73,7 +73,11 @@ without it a used --out is refused.`,
 			}
 			repos := gitrepo.NewSet(reposDir)
 			defer repos.Close()
-			ds, err := dataset.Load(cmd.Context(), datasetPath, dataset.Options{Strict: strict, Repos: repos, WithRequirements: withRequirements})
+			sel, err := e.selection()
+			if err != nil {
+				return err
+			}
+			ds, err := dataset.Load(cmd.Context(), datasetPath, dataset.Options{Strict: strict, Repos: repos, WithRequirements: withRequirements, Languages: sel})
 			if err != nil {
 				return err
 			}
@@ -130,5 +134,6 @@ without it a used --out is refused.`,
 	cf.bind(cmd)
 	rf.bind(cmd, "heuristic")
 	ef.bind(cmd)
+	e.bindLanguages(cmd, true)
 	return cmd
 }

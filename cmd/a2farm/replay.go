@@ -48,6 +48,7 @@ group coverage and advantage statistics for several history lengths.`,
 			return runReplay(cmd.Context(), e, &o)
 		},
 	}
+	e.bindLanguages(cmd, true)
 	f := cmd.Flags()
 	f.StringVar(&o.archive, "archive", "", "trajectories: a learner's archive tree (or its --out folder) or a folder of *.arrow files")
 	f.StringVar(&o.run, "run", "", "replay only this run's trajectories")
@@ -209,8 +210,12 @@ func extractGold(ctx context.Context, e *env, datasetPath, reposDir string) ([]s
 	if reposDir == "" {
 		return nil, usagef("--dataset needs --repos")
 	}
+	sel, err := e.selection()
+	if err != nil {
+		return nil, err
+	}
 	report, err := coordinator.RunGold(ctx, coordinator.GoldConfig{Dataset: datasetPath, ReposDir: reposDir,
-		Languages: e.languages, MaxEditFiles: gold.DefaultMaxEditFiles, Log: e.log})
+		Languages: sel, MaxEditFiles: gold.DefaultMaxEditFiles, Log: e.log})
 	if err != nil {
 		return nil, err
 	}

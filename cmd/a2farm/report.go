@@ -43,6 +43,7 @@ Farm folders carry their gold in the shard manifests; a localize folder needs --
 		},
 		RunE: func(cmd *cobra.Command, args []string) error { return runReport(cmd.Context(), e, &o, args) },
 	}
+	e.bindLanguages(cmd, true)
 	f := cmd.Flags()
 	f.StringVar(&o.out, "out", "", "HTML file to write (default: report.html in the first run folder)")
 	f.StringVar(&o.jsonOut, "json", "", "also write the numbers behind every plot as JSON")

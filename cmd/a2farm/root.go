@@ -28,6 +28,9 @@ type env struct {
 	// languages are the registered languages (languages.go): the commands
 	// choose them, every package below takes them as a value.
 	languages *lang.Set
+	// languageRule is --languages, of the commands that read snapshots
+	// (bindLanguages).
+	languageRule string
 	// abort is closed by a second stop request: what still runs stops now
 	// instead of at the end of its grace (nil: never).
 	abort <-chan struct{}

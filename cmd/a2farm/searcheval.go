@@ -41,7 +41,11 @@ same tokens. Gold comes from --gold, or from file_changes in the dataset rows.`,
 			}
 			repos := gitrepo.NewSet(reposDir)
 			defer repos.Close()
-			ds, err := dataset.Load(cmd.Context(), datasetPath, dataset.Options{Repos: repos})
+			sel, err := e.selection()
+			if err != nil {
+				return err
+			}
+			ds, err := dataset.Load(cmd.Context(), datasetPath, dataset.Options{Repos: repos, Languages: sel})
 			if err != nil {
 				return err
 			}
@@ -59,15 +63,19 @@ same tokens. Gold comes from --gold, or from file_changes in the dataset rows.`,
 				if err != nil {
 					return err
 				}
-				src, err := codegraph.LoadSnapshot(cmd.Context(), e.languages, inst.Repo, snap)
+				l, err := e.languages.Select(inst.Languages)
 				if err != nil {
 					return err
 				}
-				parsed, err := codegraph.ParseAll(cmd.Context(), e.languages, src.Files)
+				src, err := codegraph.LoadSnapshot(cmd.Context(), l, inst.Repo, snap)
 				if err != nil {
 					return err
 				}
-				ci := codesearch.BuildChunkIndex(e.languages, src.Files, parsed, true)
+				parsed, err := codegraph.ParseAll(cmd.Context(), l, src.Files)
+				if err != nil {
+					return err
+				}
+				ci := codesearch.BuildChunkIndex(l, src.Files, parsed, true)
 				dir, err := os.MkdirTemp("", "a2farm-bleve")
 				if err != nil {
 					return err
@@ -110,6 +118,7 @@ same tokens. Gold comes from --gold, or from file_changes in the dataset rows.`,
 			return tw.Flush()
 		},
 	}
+	e.bindLanguages(cmd, true)
 	f := cmd.Flags()
 	f.StringVar(&datasetPath, "dataset", "", "dataset JSONL")
 	f.StringVar(&goldPath, "gold", "", "gt_location.jsonl (default: file_changes of the dataset rows)")

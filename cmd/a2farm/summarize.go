@@ -36,12 +36,17 @@ the environment variable named by --api-key-env.`,
 			if err != nil {
 				return &usageError{err}
 			}
+			l, err := e.snapshotLanguages()
+			if err != nil {
+				return err
+			}
 			repos, snap, err := sf.open()
 			if err != nil {
 				return err
 			}
 			defer repos.Close()
-			src, err := codegraph.LoadSnapshot(cmd.Context(), e.languages, sf.repo, snap)
+			e.noteUnread(snap, l)
+			src, err := codegraph.LoadSnapshot(cmd.Context(), l, sf.repo, snap)
 			if err != nil {
 				return err
 			}
@@ -58,6 +63,7 @@ the environment variable named by --api-key-env.`,
 		},
 	}
 	sf.bind(cmd)
+	e.bindLanguages(cmd, false)
 	f := cmd.Flags()
 	f.StringVar(&out, "out", "", "summaries JSON to write")
 	f.StringVar(&baseURL, "base-url", envOr("A2FARM_BASE_URL", ""), "OpenAI-compatible API root, e.g. http://localhost:8000/v1 (env A2FARM_BASE_URL)")

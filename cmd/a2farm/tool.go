@@ -33,7 +33,7 @@ Tools: ` + strings.Join(tools.AllNames(), ", ") + `.`,
 			if !json.Valid([]byte(args)) {
 				return usagef("--args is not valid JSON: %s", args)
 			}
-			idx, release, err := buildIndex(cmd.Context(), e.languages, sf, cf)
+			idx, release, err := buildIndex(cmd.Context(), e, sf, cf)
 			if err != nil {
 				return err
 			}
@@ -58,6 +58,7 @@ Tools: ` + strings.Join(tools.AllNames(), ", ") + `.`,
 	}
 	sf.bind(cmd)
 	cf.bind(cmd)
+	e.bindLanguages(cmd, false)
 	cmd.Flags().StringVar(&name, "name", "", "tool name")
 	cmd.Flags().StringVar(&args, "args", "{}", "tool arguments as a JSON object")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object instead of text")

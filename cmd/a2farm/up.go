@@ -70,6 +70,7 @@ the command exits 130. --resume continues the run in the same --out; without it 
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runUp(cmd.Context(), e, &o) },
 	}
+	e.bindLanguages(cmd, true)
 	f := cmd.Flags()
 	f.StringVar(&o.out, "out", "", "folder for the run (NATS store, archive, shards)")
 	f.StringVar(&o.datasetPath, "dataset", "", "dataset (default: the built-in sample)")
@@ -237,8 +238,12 @@ func runUp(ctx context.Context, e *env, o *upOptions) (err error) {
 			return err
 		}
 	}
+	sel, err := e.selection()
+	if err != nil {
+		return err
+	}
 	report, err := coordinator.RunGold(ctx, coordinator.GoldConfig{Dataset: o.datasetPath, ReposDir: o.reposDir,
-		WithRequirements: o.withRequirements, Languages: e.languages, MaxEditFiles: gold.DefaultMaxEditFiles, Log: e.log})
+		WithRequirements: o.withRequirements, Languages: sel, MaxEditFiles: gold.DefaultMaxEditFiles, Log: e.log})
 	if err != nil {
 		return err
 	}

@@ -16,6 +16,7 @@ import (
 	"regexp"
 	"strings"
 
+	"github.com/a2farm/a2farm/lang"
 	"github.com/a2farm/a2farm/schema"
 )
 
@@ -63,7 +64,16 @@ type Options struct {
 	// functions to change, so they leak the answer: the paper's agent
 	// sees the problem statement alone, the default.
 	WithRequirements bool
+	// Languages decide each instance's languages (Instance.Languages):
+	// the run's, or the row's own (repo_language, language), or Python.
+	// A row naming a language a2farm does not read is rejected. The zero
+	// Selection leaves them empty.
+	Languages lang.Selection
 }
+
+// rowLanguageKeys are the columns that name a row's language:
+// SWE-bench Pro's, then Multi-SWE-bench's.
+var rowLanguageKeys = []string{"repo_language", "language"}
 
 // Result is a loaded dataset.
 type Result struct {
@@ -152,7 +162,7 @@ func validateAll(ctx context.Context, rows []rawRow, opts Options) (*Result, err
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		inst, rerr := validate(ctx, row, seen, opts.Repos, opts.WithRequirements)
+		inst, rerr := validate(ctx, row, seen, opts)
 		if rerr != nil {
 			if opts.Strict {
 				return nil, rerr
@@ -181,7 +191,7 @@ var (
 // required are the fields every row must carry, as non-empty strings.
 var required = []string{"instance_id", "repo", "base_commit", "problem_statement", "patch"}
 
-func validate(ctx context.Context, row rawRow, seen map[string]int, repos RepoChecker, withRequirements bool) (schema.Instance, *RowError) {
+func validate(ctx context.Context, row rawRow, seen map[string]int, opts Options) (schema.Instance, *RowError) {
 	fail := func(id, format string, args ...any) (schema.Instance, *RowError) {
 		return schema.Instance{}, &RowError{Line: row.line, InstanceID: id, Reason: fmt.Sprintf(format, args...)}
 	}
@@ -216,8 +226,21 @@ func validate(ctx context.Context, row rawRow, seen map[string]int, repos RepoCh
 	if !commitPattern.MatchString(values["base_commit"]) {
 		return fail(id, "base_commit %q is not a commit id (7-40 hex digits)", values["base_commit"])
 	}
-	if repos != nil {
-		if err := repos.CheckCommit(ctx, values["repo"], values["base_commit"]); err != nil {
+	var rowLanguage string
+	for _, key := range rowLanguageKeys {
+		if raw, ok := row.fields[key]; ok && string(raw) != "null" {
+			if err := json.Unmarshal(raw, &rowLanguage); err != nil {
+				return fail(id, "field %q must be a string", key)
+			}
+			break
+		}
+	}
+	languages, err := opts.Languages.ForRow(rowLanguage)
+	if err != nil {
+		return fail(id, "%v", err)
+	}
+	if opts.Repos != nil {
+		if err := opts.Repos.CheckCommit(ctx, values["repo"], values["base_commit"]); err != nil {
 			return fail(id, "%v", err)
 		}
 	}
@@ -233,8 +256,9 @@ func validate(ctx context.Context, row rawRow, seen map[string]int, repos RepoCh
 		BaseCommit:       values["base_commit"],
 		ProblemStatement: values["problem_statement"],
 		Patch:            values["patch"],
+		Languages:        languages,
 	}
-	if withRequirements {
+	if opts.WithRequirements {
 		inst.ProblemStatement = appendRequirements(inst.ProblemStatement, row.fields)
 	}
 	if len(extra) > 0 {

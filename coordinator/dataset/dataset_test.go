@@ -6,11 +6,17 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
 	"github.com/a2farm/a2farm/internal/gitrepo"
 	"github.com/a2farm/a2farm/internal/sample"
+	"github.com/a2farm/a2farm/lang"
+	"github.com/a2farm/a2farm/lang/golang"
+	"github.com/a2farm/a2farm/lang/java"
+	"github.com/a2farm/a2farm/lang/python"
+	"github.com/a2farm/a2farm/lang/typescript"
 	"github.com/a2farm/a2farm/schema"
 )
 
@@ -170,5 +176,55 @@ func TestSWEBenchProRows(t *testing.T) {
 		if err := json.Unmarshal(in.Extra, &extra); err != nil || extra["repo_language"] != "python" || extra["requirements"] == nil {
 			t.Errorf("extra fields not kept: %s", in.Extra)
 		}
+	}
+}
+
+// TestRowLanguages: each instance is read with the run's languages, else
+// its row's (SWE-bench Pro's repo_language, Multi-SWE-bench's language),
+// else Python; a row naming a language a2farm does not read is skipped
+// with its line and instance.
+func TestRowLanguages(t *testing.T) {
+	reg := lang.NewSet(python.Language{}, golang.Language{}, typescript.Language{}, java.Language{})
+	row := func(id, extra string) string {
+		return `{"instance_id": "` + id + `", "repo": "o/r", "base_commit": "abcdef0", "problem_statement": "p", "patch": "diff --git a/x b/x\n"` + extra + "}\n"
+	}
+	data := row("verified", "") + row("pro-go", `, "repo_language": "go"`) + row("pro-js", `, "repo_language": "js"`) +
+		row("multi-java", `, "language": "java"`) + row("multi-rust", `, "language": "rust"`) + row("null", `, "repo_language": null`)
+	for _, c := range []struct {
+		flag    string
+		want    map[string][]string
+		skipped string
+	}{
+		{"", map[string][]string{"verified": {"python"}, "pro-go": {"go"}, "pro-js": {"typescript"}, "multi-java": {"java"}, "null": {"python"}},
+			`line 5 (multi-rust): the row's language "rust" is not one a2farm reads (python, go, typescript, java); --languages reads others`},
+		{"go,java", map[string][]string{"verified": {"go", "java"}, "pro-go": {"go", "java"}, "pro-js": {"go", "java"}, "multi-java": {"go", "java"},
+			"multi-rust": {"go", "java"}, "null": {"go", "java"}}, ""},
+	} {
+		sel, err := lang.ParseSelection(reg, c.flag)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := Read(context.Background(), strings.NewReader(data), Options{Languages: sel})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string][]string{}
+		for _, in := range res.Instances {
+			got[in.InstanceID] = in.Languages
+		}
+		if !reflect.DeepEqual(got, c.want) {
+			t.Errorf("--languages %q: %v, want %v", c.flag, got, c.want)
+		}
+		var skipped []string
+		for _, s := range res.Skipped {
+			skipped = append(skipped, s.Error())
+		}
+		if strings.Join(skipped, "\n") != c.skipped {
+			t.Errorf("--languages %q skipped %q, want %q", c.flag, skipped, c.skipped)
+		}
+	}
+	if res, err := Read(context.Background(), strings.NewReader(row("x", `, "language": 3`)), Options{}); err != nil || len(res.Skipped) != 1 ||
+		res.Skipped[0].Reason != `field "language" must be a string` {
+		t.Errorf("a language that is not a string: %v %v", res, err)
 	}
 }

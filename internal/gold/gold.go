@@ -30,7 +30,9 @@ const DefaultMaxEditFiles = 10
 // Options tune extraction.
 type Options struct {
 	// Languages parse the edited files, each file by the language whose
-	// source extension it has; files of no language do not count. Required.
+	// source extension it has; files of no language do not count. An
+	// instance naming its languages (Instance.Languages) is read with
+	// those of them only. Required.
 	Languages *lang.Set
 	// MaxEditFiles: instances that edit more source files get null gold.
 	// Zero means no limit.
@@ -102,15 +104,21 @@ func (e *Extractor) Extract(inst schema.Instance, src FileReader) (Result, error
 	if err != nil {
 		return res, fmt.Errorf("%w: %w", ErrBadPatch, err)
 	}
+	// The instance's languages only: a Python instance's gold never names
+	// the JavaScript its patch also edits.
+	langs, err := e.opts.Languages.Select(inst.Languages)
+	if err != nil {
+		return res, fmt.Errorf("instance languages: %w", err)
+	}
 	var sources []diff.FilePatch
 	seen := map[string]bool{}
 	for _, fp := range patches {
-		if p := fp.Path(); e.opts.Languages.HasExtension(p) && !seen[p] && !skipsGold(e.opts.Languages.Source(p), p) {
+		if p := fp.Path(); langs.HasExtension(p) && !seen[p] && !skipsGold(langs.Source(p), p) {
 			seen[p] = true
 			sources = append(sources, fp)
 		}
 	}
-	exts := strings.Join(e.opts.Languages.Extensions(), "/")
+	exts := strings.Join(langs.Extensions(), "/")
 	switch {
 	case len(sources) == 0:
 		res.NullReason = fmt.Sprintf("the patch edits no %s file", exts)

@@ -28,6 +28,9 @@ var _ lang.Language = Language{}
 // Name identifies the language.
 func (Language) Name() string { return "go" }
 
+// Aliases are the names dataset rows give Go.
+func (Language) Aliases() []string { return []string{"golang"} }
+
 // Version is part of every cache key.
 func (Language) Version() string { return version }
 

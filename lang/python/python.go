@@ -21,6 +21,9 @@ const version = "tree-sitter-python-0.23.6.1"
 // Name is "python".
 func (Language) Name() string { return "python" }
 
+// Aliases are the names dataset rows give Python.
+func (Language) Aliases() []string { return []string{"py", "python3"} }
+
 // Version names the grammar and the revision of the rules.
 func (Language) Version() string { return version }
 

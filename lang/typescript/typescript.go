@@ -30,6 +30,10 @@ var _ lang.Language = Language{}
 // Name identifies the language.
 func (Language) Name() string { return "typescript" }
 
+// Aliases are the names dataset rows give TypeScript and JavaScript
+// (SWE-bench Pro's repo_language says "js" and "ts").
+func (Language) Aliases() []string { return []string{"ts", "js", "javascript", "tsx", "jsx"} }
+
 // Version is part of every cache key.
 func (Language) Version() string { return version }
 

@@ -2,10 +2,12 @@ package metrics
 
 import (
 	"math"
+	"slices"
 	"testing"
 
 	"github.com/a2farm/a2farm/lang"
 	"github.com/a2farm/a2farm/lang/golang"
+	"github.com/a2farm/a2farm/lang/java"
 	"github.com/a2farm/a2farm/lang/python"
 
 	"github.com/a2farm/a2farm/schema"
@@ -207,18 +209,24 @@ func TestEvaluateBreaksDownByLanguage(t *testing.T) {
 		{InstanceID: "py-1", Repo: "o/r", FileChanges: []schema.FileChange{{File: "a.py"}}},
 		{InstanceID: "go-1", Repo: "o/r", FileChanges: []schema.FileChange{{File: "cmd/main.go"}}},
 		{InstanceID: "go-2", Repo: "p/q", FileChanges: []schema.FileChange{{File: "x.go"}, {File: "y.py"}}},
+		{InstanceID: "java-1", Repo: "j/k", FileChanges: []schema.FileChange{{File: "src/main/java/a/B.java"}}},
 	}
 	preds := []schema.LocOutput{
 		{InstanceID: "py-1", Files: []string{"a.py"}},
 		{InstanceID: "go-1", Files: []string{"other.go"}},
 		{InstanceID: "go-2", Files: []string{"x.go"}},
+		{InstanceID: "java-1", Files: []string{"src/main/java/a/C.java", "src/main/java/a/B.java"}},
 	}
-	rep, err := Evaluate(preds, golds, EvalOptions{Languages: lang.NewSet(python.Language{}, golang.Language{})})
+	rep, err := Evaluate(preds, golds, EvalOptions{Languages: lang.NewSet(python.Language{}, golang.Language{}, java.Language{})})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := rep.Languages(); len(got) != 2 || got[0] != "go" || got[1] != "python" {
-		t.Fatalf("languages %v, want [go python]", got)
+	if got := rep.Languages(); !slices.Equal(got, []string{"go", "java", "python"}) {
+		t.Fatalf("languages %v, want [go java python]", got)
+	}
+	// java: the gold file found second: recall 1, acc@1 0, acc@3 1.
+	if java := rep.PerLanguage["java"]; !near(java["file.recall@k"], 1) || !near(java["file.acc@3"], 1) || java["file.acc@1"] != 0 {
+		t.Errorf("java scores %v; want file recall@k 1, acc@1 0, acc@3 1", java)
 	}
 	// go: go-1 misses (0), go-2 finds one of two files (0.5).
 	if got := rep.PerLanguage["go"]["file.recall@k"]; !near(got, 0.25) {

@@ -28,13 +28,15 @@ type pathSyntax struct {
 }
 
 func newPathSyntax(l *lang.Set) *pathSyntax {
+	// A path's characters: word characters, and '$', which Java's
+	// generated and internal classes have ($Gson$Types.java).
 	ext := l.ExtensionPattern()
 	return &pathSyntax{
 		lang:   l,
-		token:  regexp.MustCompile(`[\w/-]+` + ext),
-		line:   regexp.MustCompile(`[\w ./-]+` + ext),
-		inText: regexp.MustCompile(`\w+/[\w./-]*` + ext),
-		fenced: regexp.MustCompile("(?s)```[^\\n]*\\n.*?\\w+/[\\w./-]*" + ext + ".*?```"),
+		token:  regexp.MustCompile(`[\w$/-]+` + ext),
+		line:   regexp.MustCompile(`[\w$ ./-]+` + ext),
+		inText: regexp.MustCompile(`[\w$]+/[\w$./-]*` + ext),
+		fenced: regexp.MustCompile("(?s)```[^\\n]*\\n.*?[\\w$]+/[\\w$./-]*" + ext + ".*?```"),
 	}
 }
 
@@ -88,12 +90,17 @@ func parseAnswer(raw string, g *codegraph.Graph, syntax *pathSyntax) schema.Loca
 	loc.Files = files
 	for _, e := range entities {
 		loc.Entities = append(loc.Entities, e)
-		qual := e[strings.IndexByte(e, ':')+1:]
+		file, qual, _ := strings.Cut(e, ":")
 		module := e
 		if i := strings.LastIndexByte(qual, '.'); i >= 0 {
 			module = ""
-			if parent := e[:strings.IndexByte(e, ':')+1+i]; p.has(parent) {
+			if parent := e[:len(file)+1+i]; p.has(parent) {
 				module = parent
+			}
+		}
+		if mn, ok := p.g.Languages().Reader(file).(lang.ModuleNamer); ok {
+			if m := file + ":" + mn.ModuleOf(qual); p.has(m) {
+				module = m
 			}
 		}
 		if module != "" && !slices.Contains(loc.Modules, module) {
@@ -135,6 +142,11 @@ type answerParser struct {
 func (p *answerParser) has(id string) bool {
 	_, ok := p.g.HasNode(id)
 	return ok
+}
+
+func (p *answerParser) isFunction(id string) bool {
+	n, ok := p.g.HasNode(id)
+	return ok && p.g.Node(n).Type == codegraph.Function
 }
 
 // resolve maps a path-like match to a repository file: cut to start at the
@@ -215,8 +227,10 @@ func (p *answerParser) lookupName(file, text, class string) string {
 		return ""
 	}
 	token := fields[0]
+	// "C.m.inner" names the method C.m, as the reference reads it; a
+	// nested type's method ("Outer.Inner.m") is found whole.
 	if parts := strings.Split(token, "."); len(parts) >= 2 {
-		if id := file + ":" + parts[0] + "." + parts[1]; p.has(id) {
+		if id := file + ":" + parts[0] + "." + parts[1]; p.isFunction(id) {
 			return id
 		}
 	}

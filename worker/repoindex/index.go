@@ -78,6 +78,19 @@ type BuildOptions struct {
 	Shared Shared
 }
 
+// For returns the options that read a snapshot with the named languages
+// of o.Languages (an instance's, schema.Instance.Languages); no names
+// keep them all. The cache keys name the languages, so a snapshot read
+// with two sets is two entries.
+func (o BuildOptions) For(languages []string) (BuildOptions, error) {
+	set, err := o.Languages.Select(languages)
+	if err != nil {
+		return o, err
+	}
+	o.Languages = set
+	return o, nil
+}
+
 // DefaultEngine is the chunk ranking used when none is chosen: bleve's
 // bm25 ties textbook BM25 on file recall@10 over the dev instances and
 // ranks the first gold file higher (MRR 0.394 vs 0.344; docs/BENCHMARKS.md).

@@ -26,7 +26,9 @@ from .errors import InputError
 
 # The shard format versions this trainer reads (schema.Version in the Go
 # module: the learner writes it into every manifest and Parquet file).
-READABLE_FORMATS = ("5",)
+# Format 6 added columns to jobs and instances only: its shards are
+# format 5's.
+READABLE_FORMATS = ("5", "6")
 
 MANIFEST = "manifest.json"
 

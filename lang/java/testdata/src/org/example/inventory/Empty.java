@@ -1,0 +1,5 @@
+// A file with no type: javac accepts it.
+package org.example.inventory;
+
+import java.util.List;
+;

@@ -1,0 +1,3 @@
+/** Items and their stores. */
+@javax.annotation.processing.Generated("fixture")
+package org.example.inventory;
