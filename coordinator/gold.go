@@ -73,6 +73,8 @@ type GoldReport struct {
 	Instances []schema.Instance
 	Rows      []gold.Result
 	Skipped   []*dataset.RowError
+	// Dataset is what was read of the dataset: its counts.
+	Dataset *dataset.Result
 }
 
 // Golds are the rows' gold, in order, as the metrics take them.
@@ -115,9 +117,7 @@ func RunGold(ctx context.Context, cfg GoldConfig) (*GoldReport, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, s := range ds.Skipped {
-		cfg.Log.Warn().Int("line", s.Line).Str("instance", s.InstanceID).Msg("skipping row: " + s.Reason)
-	}
+	ds.Log(cfg.Log)
 	workers := cfg.Concurrency
 	if workers == 0 {
 		workers = runtime.GOMAXPROCS(0)
@@ -170,7 +170,7 @@ func RunGold(ctx context.Context, cfg GoldConfig) (*GoldReport, error) {
 	if err := g.Wait(); err != nil {
 		return nil, err
 	}
-	report := &GoldReport{Instances: ds.Instances, Rows: results, Skipped: ds.Skipped}
+	report := &GoldReport{Instances: ds.Instances, Rows: results, Skipped: ds.Skipped, Dataset: ds}
 	if cfg.Out != "" {
 		if err := writeGold(cfg.Out, results); err != nil {
 			return nil, err

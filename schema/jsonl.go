@@ -18,10 +18,36 @@ func scanJSONL(r io.Reader, fn func(line int, data []byte) error) error {
 			continue
 		}
 		if err := fn(line, sc.Bytes()); err != nil {
-			return fmt.Errorf("line %d: %w", line, DescribeJSONError(err))
+			return fmt.Errorf("line %d: %w", line, DescribeJSONLine(sc.Bytes(), err))
 		}
 	}
 	return sc.Err()
+}
+
+// DescribeJSONLine is DescribeJSONError for one line of a JSON-lines
+// file, whose rows are objects: a line that does not start like one is
+// "not a JSON object" with its first characters, and a syntax error shows
+// the text around its column.
+func DescribeJSONLine(line []byte, err error) error {
+	var syntax *json.SyntaxError
+	trimmed := strings.TrimSpace(string(line))
+	switch {
+	case trimmed != "" && trimmed[0] != '{' && errors.As(err, &syntax):
+		return fmt.Errorf("not a JSON object: the line starts with %q", clip(trimmed, 24))
+	case errors.As(err, &syntax):
+		at := int(syntax.Offset) // the column of the character the decoder stopped at
+		from := max(0, at-12)
+		return fmt.Errorf("invalid JSON at column %d, near `%s`", at, clip(string(line[from:min(len(line), at+12)]), 24))
+	}
+	return DescribeJSONError(err)
+}
+
+// clip cuts s to n bytes, marking the cut.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
 }
 
 // DescribeJSONError says in words what encoding/json found wrong — where

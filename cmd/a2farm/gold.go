@@ -114,9 +114,17 @@ func printGoldTable(e *env, report *coordinator.GoldReport) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.Gold.InstanceID, list(loc.Files), list(loc.Modules), list(loc.Entities))
 	}
 	tw.Flush()
-	if n := len(report.Skipped); n > 0 {
-		fmt.Fprintf(e.stdout, "%d dataset rows skipped (see the log)\n", n)
+	fmt.Fprintf(e.stdout, "%s; gold for %d of %d instances (%d null)\n", report.Dataset.Summary(), len(report.Rows)-nulls(report.Rows), len(report.Rows), nulls(report.Rows))
+}
+
+func nulls(rows []gold.Result) int {
+	n := 0
+	for _, r := range rows {
+		if r.Gold.FileChanges == nil {
+			n++
+		}
 	}
+	return n
 }
 
 func list(ids []string) string {

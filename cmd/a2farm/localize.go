@@ -81,9 +81,7 @@ without it a used --out is refused.`,
 			if err != nil {
 				return err
 			}
-			for _, s := range ds.Skipped {
-				e.log.Warn().Int("line", s.Line).Str("instance", s.InstanceID).Msg("skipping row: " + s.Reason)
-			}
+			ds.Log(e.log)
 			instances := ds.Instances
 			if limit > 0 && limit < len(instances) {
 				instances = instances[:limit]

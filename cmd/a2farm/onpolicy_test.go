@@ -15,6 +15,7 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 
+	"github.com/a2farm/a2farm/internal/needs"
 	"github.com/a2farm/a2farm/internal/policytest"
 	"github.com/a2farm/a2farm/learner/shard"
 	"github.com/a2farm/a2farm/schema"
@@ -344,22 +345,7 @@ for (const row of res.getRowObjectsJson()) console.log(JSON.stringify(row));
 // independent Parquet reader (not arrow-go), as users of pyarrow or
 // datasets would, and checks it sees what a2farm wrote.
 func TestShardsReadByDuckDB(t *testing.T) {
-	node, errNode := exec.LookPath("node")
-	npm, errNpm := exec.LookPath("npm")
-	if errNode != nil || errNpm != nil {
-		t.Skip("needs node and npm (Debian: apt-get install nodejs npm) to install DuckDB's Node package")
-	}
-	cache, err := os.UserCacheDir()
-	if err != nil {
-		cache = os.TempDir()
-	}
-	dir := filepath.Join(cache, "a2farm-test", "duckdb-node")
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", "@duckdb", "node-api")); err != nil {
-		cmd := exec.Command(npm, "install", "--prefix", dir, "--no-audit", "--no-fund", duckDBPackage)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("npm install %s: %v\n%s", duckDBPackage, err, out)
-		}
-	}
+	dir, node := needs.NPMPackage(t, duckDBPackage)
 	script := filepath.Join(dir, "read-shards.mjs")
 	if err := os.WriteFile(script, []byte(duckDBScript), 0o644); err != nil {
 		t.Fatal(err)

@@ -1,12 +1,17 @@
 package main
 
 import (
+	"bytes"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
+	"unicode"
+
+	"github.com/a2farm/a2farm/internal/golden"
 )
 
 // TestReadmeExamples runs the README's one-machine examples the way a
@@ -28,26 +33,31 @@ func TestReadmeExamples(t *testing.T) {
 	if code, _, stderr := run(t, "up", "--out", local(".run/up")); code != 0 {
 		t.Fatalf("up (make run): exit %d\n%s", code, stderr)
 	}
-	for _, ex := range examples {
-		args := shellWords(t, ex.command)[1:]
-		for i, a := range args {
-			args[i] = local(a)
-		}
-		code, stdout, stderr := run(t, args...)
-		if want := local(ex.prints); code != 0 || !strings.Contains(stdout+stderr, want) {
-			t.Errorf("README: %s\nexit %d, want 0 and output holding %q:\n%s%s", ex.command, code, want, stdout, stderr)
+	// Twice in a row, as a newcomer who tries them again would: an
+	// example that cannot run a second time (an --out it already used)
+	// fails here.
+	for pass := 1; pass <= 2; pass++ {
+		for _, ex := range examples {
+			args := shellWords(t, ex.command)[1:]
+			for i, a := range args {
+				args[i] = local(a)
+			}
+			code, stdout, stderr := run(t, args...)
+			if want := local(ex.prints); code != 0 || !strings.Contains(stdout+stderr, want) {
+				t.Errorf("README, pass %d: %s\nexit %d, want 0 and output holding %q:\n%s%s", pass, ex.command, code, want, stdout, stderr)
+			}
 		}
 	}
 }
 
-// TestReadmeListsEveryMakeTarget: the README's table of targets and the
+// TestReadmeListsEveryMakeTarget: the guide's table of targets and the
 // Makefile's documented targets (what `make help` prints) are the same.
 func TestReadmeListsEveryMakeTarget(t *testing.T) {
 	makefile, err := os.ReadFile("../../Makefile")
 	if err != nil {
 		t.Fatal(err)
 	}
-	readme, err := os.ReadFile("../../README.md")
+	readme, err := os.ReadFile("../../docs/GUIDE.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +71,7 @@ func TestReadmeListsEveryMakeTarget(t *testing.T) {
 	slices.Sort(inMakefile)
 	slices.Sort(inReadme)
 	if !slices.Equal(inMakefile, inReadme) || len(inMakefile) == 0 {
-		t.Errorf("make help lists %v;\nthe README's table %v", inMakefile, inReadme)
+		t.Errorf("make help lists %v;\ndocs/GUIDE.md's table %v", inMakefile, inReadme)
 	}
 }
 
@@ -116,4 +126,87 @@ func shellWords(t *testing.T, line string) []string {
 		words = append(words, word.String())
 	}
 	return words
+}
+
+// TestCommandsDoc: docs/COMMANDS.md is what the commands' own help says
+// (make docs, or go test -run CommandsDoc -update, rewrites it).
+func TestCommandsDoc(t *testing.T) {
+	var buf bytes.Buffer
+	if err := writeCommandsDoc(&buf, newRoot(&env{stdout: io.Discard, stderr: io.Discard, languages: languages()})); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"## a2farm index graph", "## a2farm farm init", "--languages string", "| [`a2farm up`](#a2farm-up) |"} {
+		if !strings.Contains(buf.String(), want) {
+			t.Errorf("the reference lacks %q", want)
+		}
+	}
+	golden.CheckFile(t, filepath.Join("..", "..", "docs", "COMMANDS.md"), buf.Bytes())
+}
+
+// TestDocLinks: every relative link of the README and docs/ names a file
+// that exists and, with a #fragment, a heading of it (GitHub's anchors).
+func TestDocLinks(t *testing.T) {
+	docs, err := filepath.Glob("../../docs/*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs = append(docs, "../../README.md")
+	link := regexp.MustCompile(`\]\(([^)\s]+)\)`)
+	checked := 0
+	for _, doc := range docs {
+		data, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range link.FindAllStringSubmatch(string(data), -1) {
+			target := m[1]
+			if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
+				continue
+			}
+			file, fragment, _ := strings.Cut(target, "#")
+			path := doc
+			if file != "" {
+				path = filepath.Join(filepath.Dir(doc), file)
+			}
+			content, err := os.ReadFile(path)
+			if err != nil {
+				t.Errorf("%s links %s: %v", filepath.Base(doc), target, err)
+				continue
+			}
+			checked++
+			if fragment != "" && !slices.Contains(anchors(string(content)), fragment) {
+				t.Errorf("%s links %s: no such heading in %s", filepath.Base(doc), target, filepath.Base(path))
+			}
+		}
+	}
+	if checked < 20 {
+		t.Fatalf("checked %d links; the README lost its links", checked)
+	}
+}
+
+// anchors are the ids GitHub gives a markdown file's headings: lower
+// case, punctuation dropped, spaces as hyphens.
+func anchors(md string) []string {
+	var out []string
+	fenced := false
+	for _, line := range strings.Split(md, "\n") {
+		if strings.HasPrefix(line, "```") {
+			fenced = !fenced
+		}
+		if fenced || !strings.HasPrefix(line, "#") {
+			continue
+		}
+		heading := strings.TrimSpace(strings.TrimLeft(line, "#"))
+		var b strings.Builder
+		for _, r := range strings.ToLower(heading) {
+			switch {
+			case r == ' ':
+				b.WriteRune('-')
+			case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r):
+				b.WriteRune(r)
+			}
+		}
+		out = append(out, b.String())
+	}
+	return out
 }

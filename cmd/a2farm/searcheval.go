@@ -49,6 +49,7 @@ same tokens. Gold comes from --gold, or from file_changes in the dataset rows.`,
 			if err != nil {
 				return err
 			}
+			ds.Log(e.log)
 			engines := []string{codesearch.EngineBM25, codesearch.EngineBleve}
 			sums := map[string]codesearch.RetrievalScore{}
 			n := 0

@@ -16,6 +16,8 @@ import (
 	"regexp"
 	"strings"
 
+	"github.com/rs/zerolog"
+
 	"github.com/a2farm/a2farm/lang"
 	"github.com/a2farm/a2farm/schema"
 )
@@ -77,9 +79,32 @@ var rowLanguageKeys = []string{"repo_language", "language"}
 
 // Result is a loaded dataset.
 type Result struct {
+	// Rows counts the rows read (blank lines are none).
+	Rows      int
 	Instances []schema.Instance
 	// Skipped are the rejected rows (always empty in strict mode).
 	Skipped []*RowError
+}
+
+// Log tells the user what was read: a warning for each skipped row, with
+// its line and, where the row has one, its instance; then the counts.
+func (r *Result) Log(log zerolog.Logger) {
+	for _, s := range r.Skipped {
+		ev := log.Warn().Int("line", s.Line)
+		if s.InstanceID != "" {
+			ev = ev.Str("instance", s.InstanceID)
+		}
+		ev.Msg("skipping row: " + s.Reason)
+	}
+	log.Info().Int("rows", r.Rows).Int("instances", len(r.Instances)).Int("skipped", len(r.Skipped)).Msg("dataset read")
+}
+
+// Summary is the counts in words: "2 rows read, 1 skipped".
+func (r *Result) Summary() string {
+	if len(r.Skipped) == 0 {
+		return fmt.Sprintf("%d dataset rows read", r.Rows)
+	}
+	return fmt.Sprintf("%d dataset rows read, %d skipped (the warnings say why)", r.Rows, len(r.Skipped))
 }
 
 // Load reads a .jsonl/.json file, or a .parquet file. A dataset that
@@ -140,7 +165,7 @@ func Read(ctx context.Context, r io.Reader, opts Options) (*Result, error) {
 		}
 		row := rawRow{line: line}
 		if err := json.Unmarshal(text, &row.fields); err != nil {
-			row.err = schema.DescribeJSONError(err)
+			row.err = schema.DescribeJSONLine(text, err)
 		} else if row.fields == nil {
 			row.err = errors.New("invalid JSON: want an object, got null")
 		}
@@ -156,7 +181,7 @@ func validateAll(ctx context.Context, rows []rawRow, opts Options) (*Result, err
 	if len(rows) == 0 {
 		return nil, ErrEmpty
 	}
-	res := &Result{}
+	res := &Result{Rows: len(rows)}
 	seen := map[string]int{}
 	for _, row := range rows {
 		if err := ctx.Err(); err != nil {

@@ -311,3 +311,41 @@ func TestMainStaysThin(t *testing.T) {
 		t.Errorf("cmd/a2farm/main.go has %d lines; keep it to parse, build, run, exit", n)
 	}
 }
+
+// TestToolsFromOutsideGoAreNeeded: a test that looks for a program on the
+// PATH does it through internal/needs, so that every such test skips with
+// the same line and make test lists it. Benchmarks and the needs package
+// itself are exempt.
+func TestToolsFromOutsideGoAreNeeded(t *testing.T) {
+	root := filepath.Join("..", "..")
+	var found int
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (strings.HasPrefix(d.Name(), ".") && path != root || d.Name() == "node_modules" || d.Name() == "trainer") {
+			return filepath.SkipDir
+		}
+		rel, _ := filepath.Rel(root, path)
+		rel = filepath.ToSlash(rel)
+		if d.IsDir() || !strings.HasSuffix(rel, "_test.go") || strings.HasSuffix(rel, "_bench_test.go") ||
+			strings.HasPrefix(rel, "internal/needs/") || strings.HasPrefix(rel, "internal/archtest/") {
+			return nil
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		found++
+		if strings.Contains(string(data), "exec.LookPath(") {
+			t.Errorf("%s looks a program up itself; use needs.Program, which skips in the one way make test lists", rel)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if found < 50 {
+		t.Fatalf("read %d test files; the walk lost the repository", found)
+	}
+}

@@ -18,6 +18,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/a2farm/a2farm/internal/needs"
 )
 
 // Seen is what the browser reports of a page once it has loaded.
@@ -62,16 +64,11 @@ window.addEventListener('load', function () {
 });
 </script>`
 
-// Browser finds Chromium, or skips the test with a clear message.
+// Browser finds Chromium, or skips the test saying so (needs.Missing).
 func Browser(t testing.TB) string {
 	t.Helper()
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"} {
-		if path, err := exec.LookPath(name); err == nil {
-			return path
-		}
-	}
-	t.Skip("no headless browser: install Debian's chromium package (apt-get install chromium) to run the page tests")
-	return ""
+	return needs.Program(t, "a headless browser (chromium)", "apt-get install chromium (.ci/run does)",
+		"chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 }
 
 // Open loads the HTML page in Chromium with the checker injected first in

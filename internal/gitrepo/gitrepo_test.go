@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/a2farm/a2farm/internal/needs"
 	"github.com/a2farm/a2farm/internal/repogen"
 )
 
@@ -69,9 +70,7 @@ func TestReadFileAtCommits(t *testing.T) {
 // TestOpenWorkTreeRepository checks that a normal clone (with a work tree
 // and .git folder) opens like a bare one.
 func TestOpenWorkTreeRepository(t *testing.T) {
-	if _, err := exec.LookPath("git"); err != nil {
-		t.Skip("git not installed")
-	}
+	needs.Program(t, "git", "apt-get install git", "git")
 	bare := filepath.Join(t.TempDir(), "bare")
 	_, second := makeRepo(t, bare)
 	clone := filepath.Join(t.TempDir(), "o__r")

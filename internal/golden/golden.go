@@ -17,7 +17,12 @@ var update = flag.Bool("update", false, "rewrite golden files under testdata/")
 // instead.
 func Check(t testing.TB, name string, got []byte) {
 	t.Helper()
-	path := filepath.Join("testdata", name)
+	CheckFile(t, filepath.Join("testdata", name), got)
+}
+
+// CheckFile is Check for a file outside testdata/ (a generated document).
+func CheckFile(t testing.TB, path string, got []byte) {
+	t.Helper()
 	if *update {
 		if err := os.WriteFile(path, got, 0o644); err != nil {
 			t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/a2farm/a2farm/internal/needs"
 	"github.com/a2farm/a2farm/lang"
 )
 
@@ -31,10 +32,7 @@ type fileView struct {
 // javac tree API — over files (relative to root).
 func javacViews(t *testing.T, root string, files []string) map[string]fileView {
 	t.Helper()
-	java, err := exec.LookPath("java")
-	if err != nil {
-		t.Skip("SKIP needs a JDK 17 or newer (java): apt-get install openjdk-17-jdk-headless")
-	}
+	java := needs.Program(t, "a JDK 17 or newer (java)", "apt-get install openjdk-17-jdk-headless (.ci/run does)", "java")
 	// The file list goes through an argument file: a repository's paths
 	// outgrow a command line.
 	list := filepath.Join(t.TempDir(), "files")
@@ -160,7 +158,7 @@ func TestAgreesWithJavac(t *testing.T) {
 func TestAgreesWithJavacOnARepository(t *testing.T) {
 	root := os.Getenv("A2FARM_JAVA_PARITY_ROOT")
 	if root == "" {
-		t.Skip("SKIP set A2FARM_JAVA_PARITY_ROOT to a Java checkout (make java-parity)")
+		t.Skip("set A2FARM_JAVA_PARITY_ROOT to a Java checkout (make java-parity)")
 	}
 	files := javaFiles(t, root)
 	views := javacViews(t, root, files)

@@ -11,6 +11,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/a2farm/a2farm/internal/needs"
 )
 
 // typescriptVersion is the TypeScript compiler the parity test reads
@@ -74,25 +76,7 @@ for (const file of process.argv.slice(2)) {
 // the language reads. It needs node and npm (the compiler is installed
 // into the user's cache once) and skips, saying so, without them.
 func TestAgreesWithTheTypeScriptCompiler(t *testing.T) {
-	node, err := exec.LookPath("node")
-	if err != nil {
-		t.Skip("no node: the TypeScript compiler parity test needs node and npm")
-	}
-	npm, err := exec.LookPath("npm")
-	if err != nil {
-		t.Skip("no npm: the TypeScript compiler parity test needs node and npm")
-	}
-	cache, err := os.UserCacheDir()
-	if err != nil {
-		t.Skip("no cache folder for the TypeScript compiler")
-	}
-	prefix := filepath.Join(cache, "a2farm-test", "typescript-"+typescriptVersion)
-	if _, err := os.Stat(filepath.Join(prefix, "node_modules", "typescript")); err != nil {
-		install := exec.Command(npm, "install", "--prefix", prefix, "--no-audit", "--no-fund", "--silent", "typescript@"+typescriptVersion)
-		if out, err := install.CombinedOutput(); err != nil {
-			t.Skipf("could not install typescript@%s with npm: %v\n%s", typescriptVersion, err, out)
-		}
-	}
+	prefix, node := needs.NPMPackage(t, "typescript@"+typescriptVersion)
 	var files []string
 	for _, dir := range []string{"testdata", os.Getenv("A2FARM_TS_DIR")} {
 		if dir == "" {

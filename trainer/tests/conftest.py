@@ -19,8 +19,16 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def missing(what: str, how: str) -> None:
-    """The one way a test says a tool outside Python is missing."""
-    pytest.skip(f"needs {what}: {how}")
+    """The one way a test says a tool outside Python is missing: the line
+    the Go tests skip with (internal/needs), also appended to the file
+    $A2FARM_SKIPPED names, which `make test` lists at its end."""
+    line = f"needs {what}: {how}"
+    record = os.environ.get("A2FARM_SKIPPED")
+    if record:
+        test = os.environ.get("PYTEST_CURRENT_TEST", "trainer").split(" ")[0]
+        with open(record, "a", encoding="utf-8") as f:
+            f.write(f"{test}: {line}\n")
+    pytest.skip(line)
 
 
 @pytest.fixture(scope="session")

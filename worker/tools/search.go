@@ -232,10 +232,18 @@ func (s *Set) matchFiles(pattern string) (map[string]bool, bool) {
 }
 
 // globRegexp translates an fnmatch pattern ("*" and "?" cross "/") into a
-// linear-time regular expression; no pattern can make it backtrack.
+// linear-time regular expression; no pattern can make it backtrack. Braces
+// give alternatives as shells and ripgrep read them ("**/*.{ts,tsx}"):
+// the default pattern of a run of several languages is one
+// ("**/*{.py,.go}"), and models write them; fnmatch alone would match no
+// file and search everything, saying so.
 func globRegexp(pattern string) (*regexp.Regexp, error) {
+	return regexp.Compile(`^(?s:` + globExpr(pattern) + `)$`)
+}
+
+// globExpr is the regular expression of a glob pattern, unanchored.
+func globExpr(pattern string) string {
 	var b strings.Builder
-	b.WriteString(`^(?s:`)
 	for i := 0; i < len(pattern); i++ {
 		c := pattern[i]
 		switch c {
@@ -264,12 +272,23 @@ func globRegexp(pattern string) (*regexp.Regexp, error) {
 			}
 			b.WriteString("[" + strings.ReplaceAll(class, `\`, `\\`) + "]")
 			i = j
+		case '{':
+			end := strings.IndexByte(pattern[i:], '}')
+			if end < 0 || !strings.Contains(pattern[i:i+end], ",") {
+				b.WriteString(`\{`) // no alternatives: a brace is itself
+				continue
+			}
+			var alts []string
+			for alt := range strings.SplitSeq(pattern[i+1:i+end], ",") {
+				alts = append(alts, globExpr(alt))
+			}
+			b.WriteString("(?:" + strings.Join(alts, "|") + ")")
+			i += end
 		default:
 			b.WriteString(regexp.QuoteMeta(string(c)))
 		}
 	}
-	b.WriteString(`)$`)
-	return regexp.Compile(b.String())
+	return b.String()
 }
 
 func (s *Set) preview(n codegraph.NodeID, ti int, source string) queryResult {

@@ -5,16 +5,19 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/a2farm/a2farm/lang"
+	"github.com/a2farm/a2farm/lang/golang"
 	"github.com/a2farm/a2farm/lang/python"
 
 	"github.com/a2farm/a2farm/internal/gitrepo"
 	"github.com/a2farm/a2farm/internal/golden"
+	"github.com/a2farm/a2farm/internal/repogen"
 	"github.com/a2farm/a2farm/internal/sample"
 	"github.com/a2farm/a2farm/worker/codegraph"
 	"github.com/a2farm/a2farm/worker/repoindex"
@@ -234,6 +237,73 @@ func TestOversizedArgumentsAreRefused(t *testing.T) {
 		res := set.Call(context.Background(), SearchCodeSnippets, json.RawMessage(args))
 		if !strings.Contains(res.Observation, "Invalid arguments") || time.Since(start) > time.Second {
 			t.Errorf("%d-byte arguments: %.80q after %s", len(args), res.Observation, time.Since(start))
+		}
+	}
+}
+
+// TestGlobPatterns: fnmatch as the reference reads it ("*" crosses "/"),
+// and braces for alternatives.
+func TestGlobPatterns(t *testing.T) {
+	for _, c := range []struct {
+		pattern, path string
+		want          bool
+	}{
+		{"**/*.py", "inventory/models.py", true},
+		{"**/*.py", "models.py", false}, // fnmatch: "**/" needs a folder
+		{"*.py", "inventory/models.py", true},
+		{"**/*{.py,.go,.ts}", "cmd/main.go", true},
+		{"**/*{.py,.go,.ts}", "web/app.tsx", false},
+		{"src/*.{ts,tsx}", "src/ui/app.tsx", true},
+		{"src/{a,b}/*.java", "src/b/X.java", true},
+		{"src/{a,b}/*.java", "src/c/X.java", false},
+		{"{x}.py", "{x}.py", true}, // no alternatives: a brace is itself
+		{"x{.py", "x{.py", true},
+		{"inventory/[!m]*.py", "inventory/pricing.py", true},
+		{"inventory/[!m]*.py", "inventory/models.py", false},
+	} {
+		re, err := globRegexp(c.pattern)
+		if err != nil {
+			t.Fatalf("%s: %v", c.pattern, err)
+		}
+		if got := re.MatchString(c.path); got != c.want {
+			t.Errorf("%s matches %s: %v, want %v", c.pattern, c.path, got, c.want)
+		}
+	}
+}
+
+// TestDefaultPatternOfSeveralLanguages: without a file pattern, a search
+// of an index read with several languages covers their files and says
+// nothing about a pattern; before braces were read it announced "No files
+// found for file pattern '**/*{.py,.go,...}'. Will search all files."
+func TestDefaultPatternOfSeveralLanguages(t *testing.T) {
+	reposDir := t.TempDir()
+	r, err := repogen.Init(filepath.Join(reposDir, "o__r"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	commit, err := r.Commit("", repogen.Change{Message: "base", Write: map[string]string{
+		"app/stock.py": "def restock_items():\n    return 1\n", "cli/stock.go": "package cli\n\nfunc RestockItems() int { return 1 }\n"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	repos := gitrepo.NewSet(reposDir)
+	defer repos.Close()
+	idx, err := repoindex.Build(context.Background(), repos, "o/r", commit, repoindex.BuildOptions{Languages: lang.NewSet(python.Language{}, golang.Language{})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer idx.Close()
+	s, err := New(idx, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := s.Call(context.Background(), "search_code_snippets", json.RawMessage(`{"search_terms": ["RestockItems", "restock_items"]}`))
+	if strings.Contains(res.Observation, "No files found") {
+		t.Errorf("the default pattern matched no file:\n%s", res.Observation)
+	}
+	for _, want := range []string{"cli/stock.go:RestockItems", "app/stock.py:restock_items"} {
+		if !slices.Contains(res.Surfaced.Entities, want) {
+			t.Errorf("%s not surfaced: %v\n%s", want, res.Surfaced.Entities, res.Observation)
 		}
 	}
 }
