@@ -1,6 +1,6 @@
 package main
 
-// The exit-code contract, in one place (README "Exit codes"):
+// The exit-code contract, in one place (docs/GUIDE.md, "Exit codes"):
 //
 //	0    done; or a service (worker, learner, nats) stopped by a signal
 //	1    the work failed

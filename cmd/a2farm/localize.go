@@ -105,11 +105,14 @@ without it a used --out is refused.`,
 				turns += len(tr.Turns)
 			}
 			resumed := ""
-			if res.Resumed > 0 {
-				resumed = fmt.Sprintf(" (%d from the earlier run)", res.Resumed)
+			switch {
+			case res.Resumed > 0 && res.Resumed == len(res.Trajectories):
+				resumed = "; all from the earlier run, nothing was left to play"
+			case res.Resumed > 0:
+				resumed = fmt.Sprintf("; %d from the earlier run", res.Resumed)
 			}
-			fmt.Fprintf(e.stdout, "%d rollouts%s (%d turns) over %d instances: %s\n  predictions %s\n  trajectories %s\n",
-				len(res.Trajectories), resumed, turns, len(instances), outcomes(res.Trajectories),
+			fmt.Fprintf(e.stdout, "%d rollouts (%d turns) over %d instances: %s%s\n  predictions %s\n  trajectories %s\n",
+				len(res.Trajectories), turns, len(instances), outcomes(res.Trajectories), resumed,
 				filepath.Join(out, "loc_outputs.jsonl"), filepath.Join(out, "trajectories"))
 			if err != nil {
 				return &interruptedError{fmt.Sprintf("%d of %d samples finished and written to %s; continue with the same command and --resume",
