@@ -3,7 +3,9 @@ package learner
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
@@ -266,6 +268,17 @@ func TestWriteShardsRecordsOneManifest(t *testing.T) {
 		if kept != want || m.Rows != want {
 			t.Errorf("sft=%v: kept %d trajectories in %d rows, want %d in %d", sft, kept, m.Rows, want, want)
 		}
+		// The one reader gives the record back, typed.
+		rec, err := ReadShardManifest(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec.Rows != want || rec.SFT != sft || rec.Source.Run != "r" || !reflect.DeepEqual(rec.Diagnostics, res.Diagnostics) {
+			t.Errorf("sft=%v: read back rows %d sft %v source %+v diagnostics %+v", sft, rec.Rows, rec.SFT, rec.Source, rec.Diagnostics)
+		}
+	}
+	if _, err := ReadShardManifest(t.TempDir()); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("a folder without a manifest: %v", err)
 	}
 }
 

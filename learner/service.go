@@ -17,6 +17,7 @@ import (
 
 	"github.com/a2farm/a2farm/internal/atomicfile"
 	"github.com/a2farm/a2farm/internal/bus"
+	"github.com/a2farm/a2farm/learner/shard"
 	"github.com/a2farm/a2farm/schema"
 )
 
@@ -456,7 +457,7 @@ func (s *service) resume(ctx context.Context) {
 			continue
 		}
 		k := groupKey{trs[0].RunID, trs[0].Iteration, trs[0].InstanceID}
-		_, err = os.Stat(filepath.Join(s.groupDir(k, "shards"), "manifest.json"))
+		_, err = os.Stat(filepath.Join(s.groupDir(k, "shards"), shard.ManifestName))
 		s.groups[k] = &groupState{first: first, closed: err == nil}
 		if err := s.closeIfComplete(ctx, k); err != nil {
 			s.cfg.Log.Error().Err(err).Str("instance", k.instance).Msg("closing a resumed group failed")
@@ -534,7 +535,7 @@ func (s *service) closeGroup(ctx context.Context, k groupKey, g *groupState) err
 // writeShard computes a group's advantages and writes its shard.
 func (s *service) writeShard(ctx context.Context, k groupKey) error {
 	dir := s.groupDir(k, "shards")
-	if _, err := os.Stat(filepath.Join(dir, "manifest.json")); err == nil {
+	if _, err := os.Stat(filepath.Join(dir, shard.ManifestName)); err == nil {
 		return nil
 	}
 	trs, err := schema.ReadTrajectoryDir(s.groupDir(k, "archive"))

@@ -3,6 +3,8 @@ package learner
 import (
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 
 	"github.com/a2farm/a2farm/learner/rewards"
@@ -301,4 +303,49 @@ func WriteShards(res *Result, cfg Config, sc ShardConfig) (m *shard.Manifest, ke
 	}
 	m, err = w.Close()
 	return m, kept, err
+}
+
+// ShardRecord is a shard folder's manifest as WriteShards wrote it, its
+// params typed: the one reader of what the learner and replay record, for
+// iterate's figures and the report.
+type ShardRecord struct {
+	shard.Manifest
+	Diagnostics Diagnostics
+	SFT         bool
+	Source      ShardSource
+}
+
+// ShardSource is where a folder's trajectories came from: a run's group
+// (Run, Iteration, Instance, Gold) as the learner writes it, or an archive
+// as replay does (Run and Instance empty).
+type ShardSource struct {
+	Run       string            `json:"run"`
+	Iteration int64             `json:"iteration"`
+	Instance  string            `json:"instance"`
+	Gold      *schema.Locations `json:"gold"`
+}
+
+// ReadShardManifest reads dir/manifest.json.
+func ReadShardManifest(dir string) (*ShardRecord, error) {
+	path := filepath.Join(dir, shard.ManifestName)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var rec ShardRecord
+	var typed struct {
+		Params struct {
+			Diagnostics Diagnostics `json:"diagnostics"`
+			SFT         bool        `json:"sft"`
+			Source      ShardSource `json:"source"`
+		} `json:"params"`
+	}
+	if err := json.Unmarshal(data, &rec.Manifest); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if err := json.Unmarshal(data, &typed); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	rec.Diagnostics, rec.SFT, rec.Source = typed.Params.Diagnostics, typed.Params.SFT, typed.Params.Source
+	return &rec, nil
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/a2farm/a2farm/internal/llm"
 	"github.com/a2farm/a2farm/learner"
 	"github.com/a2farm/a2farm/learner/metrics"
+	"github.com/a2farm/a2farm/learner/shard"
 	"github.com/a2farm/a2farm/schema"
 	"github.com/a2farm/a2farm/worker"
 	"github.com/a2farm/a2farm/worker/policy"
@@ -489,16 +490,11 @@ func (s *iterateSteps) waitSharded(ctx context.Context, k int) error {
 	}
 }
 
-func (s *iterateSteps) Train(ctx context.Context, k int) (iterate.TrainResult, error) {
+func (s *iterateSteps) Train(ctx context.Context, k int, rollout iterate.RolloutResult) (iterate.TrainResult, error) {
 	if k == 0 {
-		return s.trainWarmup(ctx)
+		return s.trainWarmup(ctx, rollout)
 	}
-	shards := filepath.Join(s.shards, s.o.runID, fmt.Sprint(k))
-	stats, err := shardStats(shards)
-	if err != nil {
-		return iterate.TrainResult{}, err
-	}
-	if stats.Rows == 0 {
+	if rollout.Rows == 0 {
 		_, prev := s.adapter(k - 1)
 		return iterate.TrainResult{Adapter: prev, Skipped: fmt.Sprintf("iteration %d wrote no training row (no turn carries a weight): adapter %d is adapter %d", k, k, k-1)}, nil
 	}
@@ -595,27 +591,18 @@ func shardStats(dir string) (iterate.RolloutResult, error) {
 	var r iterate.RolloutResult
 	var advSum, advSq, dcSum, wSum float64
 	var wN int
-	paths, err := filepath.Glob(filepath.Join(dir, "*", "manifest.json"))
+	paths, err := filepath.Glob(filepath.Join(dir, "*", shard.ManifestName))
 	if err != nil {
 		return r, err
 	}
 	for _, p := range paths {
-		data, err := os.ReadFile(p)
+		m, err := learner.ReadShardManifest(filepath.Dir(p))
 		if err != nil {
 			return r, err
 		}
-		var m struct {
-			Rows   int `json:"rows"`
-			Params struct {
-				Diagnostics learner.Diagnostics `json:"diagnostics"`
-			} `json:"params"`
-		}
-		if err := json.Unmarshal(data, &m); err != nil {
-			return r, fmt.Errorf("%s: %w", p, err)
-		}
 		r.Groups++
 		r.Rows += m.Rows
-		d := m.Params.Diagnostics
+		d := m.Diagnostics
 		r.Trajectories += d.Trajectories
 		r.Steps += d.Steps
 		n := float64(d.Steps)
@@ -638,21 +625,6 @@ func shardStats(dir string) (iterate.RolloutResult, error) {
 		r.WeightMean = wSum / float64(wN)
 	}
 	return r, nil
-}
-
-// shardRows is the number of rows of the shards in dir (one manifest).
-func shardRows(dir string) (int, error) {
-	data, err := os.ReadFile(filepath.Join(dir, "manifest.json"))
-	if err != nil {
-		return 0, err
-	}
-	var m struct {
-		Rows int `json:"rows"`
-	}
-	if err := json.Unmarshal(data, &m); err != nil {
-		return 0, fmt.Errorf("%s: %w", filepath.Join(dir, "manifest.json"), err)
-	}
-	return m.Rows, nil
 }
 
 // trainStats reads what the trainer's manifest says of a run.

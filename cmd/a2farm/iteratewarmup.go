@@ -110,13 +110,9 @@ func everyLevel(l schema.Locations) bool {
 // trainWarmup trains adapter 0 on the warm-up's SFT shards, from the base
 // model. With no solved instance there is nothing to train: iteration 1
 // then starts from the base model, and the row says so.
-func (s *iterateSteps) trainWarmup(ctx context.Context) (iterate.TrainResult, error) {
+func (s *iterateSteps) trainWarmup(ctx context.Context, rollout iterate.RolloutResult) (iterate.TrainResult, error) {
 	shards := filepath.Join(s.warmupDir(), "shards")
-	rows, err := shardRows(shards)
-	if err != nil {
-		return iterate.TrainResult{}, err
-	}
-	if rows == 0 {
+	if rollout.Rows == 0 {
 		return iterate.TrainResult{Skipped: fmt.Sprintf("no teacher trajectory matched the gold at every level in %d tries: iteration 1 starts from the base model", s.o.teacherTries)}, nil
 	}
 	return s.runTrainer(ctx, 0, iterate.TrainerVars{Model: s.o.trainModel, Out: s.adapterDir(0), Shards: shards, Run: s.o.runID, SFT: true})

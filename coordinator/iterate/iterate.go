@@ -51,8 +51,10 @@ type Steps interface {
 	// Rollout publishes iteration k (k = 0: the teacher's warm-up) and
 	// returns once its groups are sharded.
 	Rollout(ctx context.Context, k int) (RolloutResult, error)
-	// Train trains adapter k on iteration k's shards.
-	Train(ctx context.Context, k int) (TrainResult, error)
+	// Train trains adapter k on iteration k's shards; rollout is what
+	// the rollout step recorded of them (a row count of 0: nothing to
+	// train on).
+	Train(ctx context.Context, k int, rollout RolloutResult) (TrainResult, error)
 	// Evaluate scores adapter k on the held-out set (ok false: none given).
 	Evaluate(ctx context.Context, k int) (EvalResult, bool, error)
 }
@@ -270,7 +272,10 @@ func runStep(ctx context.Context, s Steps, k int, step Step, row *Row) error {
 		}
 		return err
 	case StepTrain:
-		r, err := s.Train(ctx, k)
+		if row.Rollout == nil {
+			return fmt.Errorf("iteration %d: no rollout recorded to train on", k)
+		}
+		r, err := s.Train(ctx, k, *row.Rollout)
 		if err == nil {
 			row.Train = &r
 		}

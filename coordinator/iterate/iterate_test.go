@@ -37,7 +37,13 @@ func (r *recordingSteps) Serve(ctx context.Context, k int) error { return r.do(c
 func (r *recordingSteps) Rollout(ctx context.Context, k int) (RolloutResult, error) {
 	return RolloutResult{Jobs: k}, r.do(ctx, k, StepRollout)
 }
-func (r *recordingSteps) Train(ctx context.Context, k int) (TrainResult, error) {
+
+// Train checks it is handed its iteration's rollout, which a resumed run
+// reads back from the state.
+func (r *recordingSteps) Train(ctx context.Context, k int, rollout RolloutResult) (TrainResult, error) {
+	if rollout.Jobs != k {
+		return TrainResult{}, fmt.Errorf("iteration %d trains on the rollout of %d", k, rollout.Jobs)
+	}
 	return TrainResult{Steps: k}, r.do(ctx, k, StepTrain)
 }
 func (r *recordingSteps) Evaluate(ctx context.Context, k int) (EvalResult, bool, error) {

@@ -1,7 +1,6 @@
 package report
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -10,6 +9,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/a2farm/a2farm/learner"
+	"github.com/a2farm/a2farm/learner/shard"
 	"github.com/a2farm/a2farm/schema"
 )
 
@@ -87,16 +88,16 @@ func (src *Source) loadFarm(learnerDir string) error {
 	if len(src.Trajectories) == 0 {
 		return fmt.Errorf("%s: no archived trajectories", learnerDir)
 	}
-	manifests, err := filepath.Glob(filepath.Join(learnerDir, "shards", "*", "*", "*", "manifest.json"))
+	manifests, err := filepath.Glob(filepath.Join(learnerDir, "shards", "*", "*", "*", shard.ManifestName))
 	if err != nil {
 		return err
 	}
 	for _, path := range manifests {
-		m, err := readManifest(path)
+		m, err := learner.ReadShardManifest(filepath.Dir(path))
 		if err != nil {
 			return err
 		}
-		s := m.Params.Source
+		s := m.Source
 		if s.Instance == "" {
 			continue // written by replay, which records an archive, not a group
 		}
@@ -107,31 +108,6 @@ func (src *Source) loadFarm(learnerDir string) error {
 	}
 	slices.SortFunc(src.Closed, func(a, b GroupClosed) int { return a.At.Compare(b.At) })
 	return nil
-}
-
-// manifest is the part of a shard manifest the report reads.
-type manifest struct {
-	Created time.Time `json:"created"`
-	Params  struct {
-		Source struct {
-			Run       string            `json:"run"`
-			Iteration int64             `json:"iteration"`
-			Instance  string            `json:"instance"`
-			Gold      *schema.Locations `json:"gold"`
-		} `json:"source"`
-	} `json:"params"`
-}
-
-func readManifest(path string) (*manifest, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	var m manifest
-	if err := json.Unmarshal(data, &m); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	return &m, nil
 }
 
 func isFile(path string) bool {

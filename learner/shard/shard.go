@@ -42,6 +42,9 @@ type File struct {
 	SHA256 string `json:"sha256"`
 }
 
+// ManifestName is the manifest's file in a shard folder.
+const ManifestName = "manifest.json"
+
 // Manifest describes a shard set.
 type Manifest struct {
 	FormatVersion string    `json:"format_version"`
@@ -284,7 +287,7 @@ func (w *Writer) Close() (*Manifest, error) {
 	if err != nil {
 		return nil, err
 	}
-	err = atomicfile.Write(filepath.Join(w.cfg.Dir, "manifest.json"), func(out io.Writer) error {
+	err = atomicfile.Write(filepath.Join(w.cfg.Dir, ManifestName), func(out io.Writer) error {
 		_, err := out.Write(append(data, '\n'))
 		return err
 	})
