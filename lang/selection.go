@@ -109,11 +109,11 @@ func ParseSelection(registry *Set, value string) (Selection, error) {
 		}
 		names = append(names, part)
 	}
+	if len(names) == 0 {
+		return sel, fmt.Errorf("--languages %q: no language named", value)
+	}
 	set, err := registry.Select(names)
-	if err != nil || len(names) == 0 {
-		if err == nil {
-			err = fmt.Errorf("no language named")
-		}
+	if err != nil {
 		return sel, fmt.Errorf("--languages %q: %w", value, err)
 	}
 	sel.fixed = set.Names()

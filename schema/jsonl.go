@@ -24,12 +24,15 @@ func scanJSONL(r io.Reader, fn func(line int, data []byte) error) error {
 	return sc.Err()
 }
 
-// DescribeJSONLine is DescribeJSONError for one line of a JSON-lines
-// file, whose rows are objects: a line that does not start like one is
-// "not a JSON object" with its first characters, and a syntax error shows
-// the text around its column.
+// DescribeJSONLine says in words what encoding/json found wrong with one
+// line of a JSON-lines file, whose rows are objects, without the decoder's
+// internals: a line that does not start like one is "not a JSON object"
+// with its first characters, a syntax error gives its column and the text
+// around it, a value of the wrong kind names its field; other errors are
+// returned as they are.
 func DescribeJSONLine(line []byte, err error) error {
 	var syntax *json.SyntaxError
+	var typ *json.UnmarshalTypeError
 	trimmed := strings.TrimSpace(string(line))
 	switch {
 	case trimmed != "" && trimmed[0] != '{' && errors.As(err, &syntax):
@@ -38,8 +41,12 @@ func DescribeJSONLine(line []byte, err error) error {
 		at := int(syntax.Offset) // the column of the character the decoder stopped at
 		from := max(0, at-12)
 		return fmt.Errorf("invalid JSON at column %d, near `%s`", at, clip(string(line[from:min(len(line), at+12)]), 24))
+	case errors.As(err, &typ) && typ.Field != "":
+		return fmt.Errorf("%s: want %s, got %s %s", typ.Field, jsonKind(typ.Type.Kind().String()), article(typ.Value), typ.Value)
+	case errors.As(err, &typ):
+		return fmt.Errorf("invalid JSON: want %s, got %s %s", jsonKind(typ.Type.Kind().String()), article(typ.Value), typ.Value)
 	}
-	return DescribeJSONError(err)
+	return err
 }
 
 // clip cuts s to n bytes, marking the cut.
@@ -48,23 +55,6 @@ func clip(s string, n int) string {
 		return s
 	}
 	return s[:n] + "…"
-}
-
-// DescribeJSONError says in words what encoding/json found wrong — where
-// the text stops being JSON, or which field holds the wrong kind of value —
-// without the decoder's internals; other errors are returned as they are.
-func DescribeJSONError(err error) error {
-	var syntax *json.SyntaxError
-	var typ *json.UnmarshalTypeError
-	switch {
-	case errors.As(err, &syntax):
-		return fmt.Errorf("invalid JSON at column %d", syntax.Offset)
-	case errors.As(err, &typ) && typ.Field != "":
-		return fmt.Errorf("%s: want %s, got %s %s", typ.Field, jsonKind(typ.Type.Kind().String()), article(typ.Value), typ.Value)
-	case errors.As(err, &typ):
-		return fmt.Errorf("invalid JSON: want %s, got %s %s", jsonKind(typ.Type.Kind().String()), article(typ.Value), typ.Value)
-	}
-	return err
 }
 
 // jsonKind names a Go kind as the JSON value it decodes from.

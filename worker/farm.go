@@ -384,13 +384,9 @@ type indexEntry struct {
 // KeepIndexes most recently released ones while the open indexes fit in
 // IndexMemory; beyond either bound the least recently used is closed.
 //
-// An index is a snapshot read with a set of languages (a job's): the same
-// snapshot read with another set is another index.
-func (w *farmWorker) index(ctx context.Context, repo, commit string, languages []string) (*repoindex.Index, func(), error) {
-	opts, err := w.cfg.Index.For(languages)
-	if err != nil {
-		return nil, nil, err
-	}
+// An index is a snapshot read with a set of languages (opts, a job's): the
+// same snapshot read with another set is another index.
+func (w *farmWorker) index(ctx context.Context, repo, commit string, opts repoindex.BuildOptions) (*repoindex.Index, func(), error) {
 	key := indexKey(repo, commit, opts.Languages)
 	w.mu.Lock()
 	e, ok := w.indexes[key]
@@ -587,11 +583,12 @@ func (w *farmWorker) runJob(ctx context.Context, job schema.Job, msg jetstream.M
 		}
 		parent = &rec
 	}
-	if _, err := w.cfg.Index.For(job.Languages); err != nil {
+	opts, err := w.cfg.Index.For(job.Languages)
+	if err != nil {
 		return w.giveUp(ctx, job, delivered(msg, 1), "this worker cannot read the job's languages: "+err.Error())
 	}
 	stopProgress := keepAlive(msg, w.cfg.Bus.AckWait())
-	idx, release, err := w.index(ctx, job.Repo, job.BaseCommit, job.Languages)
+	idx, release, err := w.index(ctx, job.Repo, job.BaseCommit, opts)
 	stopProgress()
 	if err != nil {
 		if errors.Is(err, gitrepo.ErrNotFound) {

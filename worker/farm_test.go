@@ -194,18 +194,18 @@ func TestIdleIndexesAreKeptUpToTheLimit(t *testing.T) {
 			}
 			w := &farmWorker{cfg: cfg, indexes: map[string]*indexEntry{}}
 			defer w.closeIndexes()
-			first, release, err := w.index(ctx, snapshots[0][0], snapshots[0][1], nil)
+			first, release, err := w.index(ctx, snapshots[0][0], snapshots[0][1], cfg.Index)
 			if err != nil {
 				t.Fatal(err)
 			}
 			// Two episodes on one snapshot share the index.
-			again, releaseAgain, err := w.index(ctx, snapshots[0][0], snapshots[0][1], nil)
+			again, releaseAgain, err := w.index(ctx, snapshots[0][0], snapshots[0][1], cfg.Index)
 			if err != nil || again != first {
 				t.Fatalf("second user got another index (%v)", err)
 			}
 			release()
 			releaseAgain()
-			reused, release, err := w.index(ctx, snapshots[0][0], snapshots[0][1], nil)
+			reused, release, err := w.index(ctx, snapshots[0][0], snapshots[0][1], cfg.Index)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -214,7 +214,7 @@ func TestIdleIndexesAreKeptUpToTheLimit(t *testing.T) {
 			}
 			release()
 			for _, s := range snapshots[1:3] {
-				_, release, err := w.index(ctx, s[0], s[1], nil)
+				_, release, err := w.index(ctx, s[0], s[1], cfg.Index)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -226,7 +226,7 @@ func TestIdleIndexesAreKeptUpToTheLimit(t *testing.T) {
 			if _, ok := w.indexes[indexKey(snapshots[0][0], snapshots[0][1], cfg.Index.Languages)]; ok {
 				t.Error("the least recently used index is still open")
 			}
-			if _, _, err := w.index(ctx, "no/such", "abc1234", nil); err == nil {
+			if _, _, err := w.index(ctx, "no/such", "abc1234", cfg.Index); err == nil {
 				t.Fatal("an unknown snapshot built an index")
 			}
 			if _, ok := w.indexes[indexKey("no/such", "abc1234", cfg.Index.Languages)]; ok {
@@ -283,7 +283,7 @@ func TestOpenIndexesStayWithinTheirMemoryBudget(t *testing.T) {
 	w := &farmWorker{cfg: cfg, indexes: map[string]*indexEntry{}}
 	defer w.closeIndexes()
 	for i, c := range commits {
-		idx, release, err := w.index(ctx, "o/r", c, nil)
+		idx, release, err := w.index(ctx, "o/r", c, cfg.Index)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -343,7 +343,11 @@ func TestAJobsLanguagesPickItsIndex(t *testing.T) {
 	defer w.closeIndexes()
 	files := func(languages []string) []string {
 		t.Helper()
-		idx, release, err := w.index(context.Background(), "o/r", commit, languages)
+		opts, err := w.cfg.Index.For(languages) // as handle reads a job's
+		if err != nil {
+			t.Fatal(err)
+		}
+		idx, release, err := w.index(context.Background(), "o/r", commit, opts)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -369,7 +373,7 @@ func TestAJobsLanguagesPickItsIndex(t *testing.T) {
 	if len(w.indexes) != 3 {
 		t.Errorf("%d indexes for one snapshot read with three sets", len(w.indexes))
 	}
-	if _, _, err := w.index(context.Background(), "o/r", commit, []string{"java"}); err == nil || !strings.Contains(err.Error(), `"java" is not a language a2farm reads (python, go, typescript)`) {
+	if _, err := w.cfg.Index.For([]string{"java"}); err == nil || !strings.Contains(err.Error(), `"java" is not a language a2farm reads (python, go, typescript)`) {
 		t.Errorf("a language the worker does not read: %v", err)
 	}
 }

@@ -12,7 +12,6 @@ import (
 	"github.com/a2farm/a2farm/coordinator"
 	"github.com/a2farm/a2farm/internal/bus"
 	"github.com/a2farm/a2farm/internal/gitrepo"
-	"github.com/a2farm/a2farm/internal/gold"
 	"github.com/a2farm/a2farm/learner"
 	"github.com/a2farm/a2farm/schema"
 	"github.com/a2farm/a2farm/worker"
@@ -79,12 +78,12 @@ func runCoordinator(ctx context.Context, e *env, o *coordinatorOptions) error {
 		return err
 	}
 	defer farm.leave()
-	sel, err := e.selection()
+	goldCfg, err := e.goldConfig(o.datasetPath, o.reposDir)
 	if err != nil {
 		return err
 	}
-	report, err := coordinator.RunGold(ctx, coordinator.GoldConfig{Dataset: o.datasetPath, ReposDir: o.reposDir,
-		Strict: o.strict, WithRequirements: o.withRequirements, Languages: sel, MaxEditFiles: gold.DefaultMaxEditFiles, Log: e.log})
+	goldCfg.Strict, goldCfg.WithRequirements = o.strict, o.withRequirements
+	report, err := coordinator.RunGold(ctx, goldCfg)
 	if err != nil {
 		return err
 	}

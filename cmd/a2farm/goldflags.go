@@ -5,12 +5,25 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/a2farm/a2farm/coordinator"
+	"github.com/a2farm/a2farm/internal/gold"
 	"github.com/a2farm/a2farm/schema"
 )
 
 // withRequirementsUsage explains --with-requirements, which every command
 // that plays a dataset shares.
 const withRequirementsUsage = "append SWE-bench Pro's requirements and interface to each problem statement; they name the files to change, so this leaks the answer (the paper's agent sees the problem statement alone)"
+
+// goldConfig is how the commands that play or label a dataset extract its
+// gold: with the run's --languages, the default limit on edited files and
+// the command's log.
+func (e *env) goldConfig(datasetPath, reposDir string) (coordinator.GoldConfig, error) {
+	sel, err := e.selection()
+	if err != nil {
+		return coordinator.GoldConfig{}, err
+	}
+	return coordinator.GoldConfig{Dataset: datasetPath, ReposDir: reposDir, Languages: sel, MaxEditFiles: gold.DefaultMaxEditFiles, Log: e.log}, nil
+}
 
 // goldFlags say where labelling commands (replay, report) find gold: a
 // gt_location.jsonl file, or a dataset whose patches are extracted.

@@ -104,13 +104,15 @@ func buildIndex(ctx context.Context, e *env, sf snapshotFlags, cf cacheFlags) (i
 		return nil, nil, err
 	}
 	repos := gitrepo.NewSet(sf.repos)
-	if snap, err := repos.At(sf.repo, sf.commit); err == nil {
-		e.noteUnread(snap, l)
-	}
 	idx, err = repoindex.Build(ctx, repos, sf.repo, sf.commit, opts)
 	if err != nil {
 		repos.Close()
 		return nil, nil, err
+	}
+	// Said when the index is built, not at every tool call on it: the
+	// note walks the snapshot's tree, which a cached index never reads.
+	if snap, err := repos.At(sf.repo, sf.commit); err == nil && !idx.Cached {
+		e.noteUnread(snap, l)
 	}
 	return idx, func() { idx.Close(); repos.Close() }, nil
 }

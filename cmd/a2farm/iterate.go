@@ -18,7 +18,6 @@ import (
 	"github.com/a2farm/a2farm/coordinator/iterate"
 	"github.com/a2farm/a2farm/internal/bus"
 	"github.com/a2farm/a2farm/internal/gitrepo"
-	"github.com/a2farm/a2farm/internal/gold"
 	"github.com/a2farm/a2farm/internal/llm"
 	"github.com/a2farm/a2farm/learner"
 	"github.com/a2farm/a2farm/learner/metrics"
@@ -223,8 +222,11 @@ func runIterate(ctx context.Context, e *env, o *iterateOptions) (err error) {
 		return usagef("--resume: %s holds no iterate run", o.out)
 	}
 
-	report, err := coordinator.RunGold(ctx, coordinator.GoldConfig{Dataset: o.datasetPath, ReposDir: o.reposDir,
-		Languages: sel, MaxEditFiles: gold.DefaultMaxEditFiles, Log: e.log})
+	goldCfg, err := e.goldConfig(o.datasetPath, o.reposDir)
+	if err != nil {
+		return err
+	}
+	report, err := coordinator.RunGold(ctx, goldCfg)
 	if err != nil {
 		return err
 	}
@@ -553,12 +555,11 @@ func (s *iterateSteps) Evaluate(ctx context.Context, k int) (iterate.EvalResult,
 	spec.Sampling.Temperature, spec.Sampling.TopP = 0, 0
 	spec.Branching = schema.Branching{}
 	if s.evalGold == nil { // the held-out set's gold is the same for every iteration
-		sel, err := s.e.selection()
+		cfg, err := s.e.goldConfig(s.o.evalDataset, s.o.evalRepos)
 		if err != nil {
 			return iterate.EvalResult{}, false, err
 		}
-		g, err := coordinator.RunGold(ctx, coordinator.GoldConfig{Dataset: s.o.evalDataset, ReposDir: s.o.evalRepos,
-			Languages: sel, MaxEditFiles: gold.DefaultMaxEditFiles, Log: s.e.log})
+		g, err := coordinator.RunGold(ctx, cfg)
 		if err != nil {
 			return iterate.EvalResult{}, false, err
 		}

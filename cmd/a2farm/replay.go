@@ -11,7 +11,6 @@ import (
 
 	"github.com/a2farm/a2farm/coordinator"
 	"github.com/a2farm/a2farm/internal/atomicfile"
-	"github.com/a2farm/a2farm/internal/gold"
 	"github.com/a2farm/a2farm/learner"
 	"github.com/a2farm/a2farm/schema"
 )
@@ -210,12 +209,11 @@ func extractGold(ctx context.Context, e *env, datasetPath, reposDir string) ([]s
 	if reposDir == "" {
 		return nil, usagef("--dataset needs --repos")
 	}
-	sel, err := e.selection()
+	cfg, err := e.goldConfig(datasetPath, reposDir)
 	if err != nil {
 		return nil, err
 	}
-	report, err := coordinator.RunGold(ctx, coordinator.GoldConfig{Dataset: datasetPath, ReposDir: reposDir,
-		Languages: sel, MaxEditFiles: gold.DefaultMaxEditFiles, Log: e.log})
+	report, err := coordinator.RunGold(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}

@@ -24,7 +24,6 @@ import (
 	"github.com/a2farm/a2farm/internal/bus"
 	"github.com/a2farm/a2farm/internal/embednats"
 	"github.com/a2farm/a2farm/internal/gitrepo"
-	"github.com/a2farm/a2farm/internal/gold"
 	"github.com/a2farm/a2farm/internal/sample"
 	"github.com/a2farm/a2farm/learner"
 	"github.com/a2farm/a2farm/learner/metrics"
@@ -238,12 +237,12 @@ func runUp(ctx context.Context, e *env, o *upOptions) (err error) {
 			return err
 		}
 	}
-	sel, err := e.selection()
+	goldCfg, err := e.goldConfig(o.datasetPath, o.reposDir)
 	if err != nil {
 		return err
 	}
-	report, err := coordinator.RunGold(ctx, coordinator.GoldConfig{Dataset: o.datasetPath, ReposDir: o.reposDir,
-		WithRequirements: o.withRequirements, Languages: sel, MaxEditFiles: gold.DefaultMaxEditFiles, Log: e.log})
+	goldCfg.WithRequirements = o.withRequirements
+	report, err := coordinator.RunGold(ctx, goldCfg)
 	if err != nil {
 		return err
 	}

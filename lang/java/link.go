@@ -200,7 +200,7 @@ func (ix *typeIndex) scope(g *lang.Graph, u lang.Unit) *fileScope {
 				continue
 			}
 			link(ix.fileOf(t))
-			s.single[lastSegment(imp.Module)] = t
+			s.single[lang.ShortName(imp.Module)] = t
 		}
 	}
 	return s
@@ -281,7 +281,7 @@ func (s *fileScope) resolveCall(call, owner string) (lang.NodeID, bool) {
 		if !ok {
 			return 0, false
 		}
-		if ctor, ok := g.Lookup(g.Nodes[t].ID + "." + lastSegment(g.Nodes[t].ID)); ok {
+		if ctor, ok := g.Lookup(g.Nodes[t].ID + "." + lang.ShortName(g.Nodes[t].ID)); ok {
 			return ctor, true
 		}
 		return t, true
@@ -338,10 +338,6 @@ func cutLast(s string) (before, last string, ok bool) {
 	}
 	return s[:i], s[i+1:], true
 }
-
-// lastSegment is the part of a dotted name or an id after its last dot
-// or colon.
-func lastSegment(s string) string { return lang.ShortName(s) }
 
 // outerOf is the QualName of the type around a nested one, "" for a
 // top-level type.

@@ -116,7 +116,7 @@ func (p *parser) Parse(path string, src []byte) (*lang.File, error) {
 			}
 		}
 	}
-	r.assignCalls(p.calls(root, src))
+	r.assignCalls(p.calls(root, r))
 	return f, nil
 }
 
@@ -221,12 +221,11 @@ type callSite struct {
 	start uint
 }
 
-// calls runs the call query over the file, in source order.
-func (p *parser) calls(root *ts.Node, src []byte) []callSite {
+// calls runs the call query over the file r reads, in source order.
+func (p *parser) calls(root *ts.Node, r *reader) []callSite {
 	var out []callSite
 	names := p.query.CaptureNames()
-	matches := p.cursor.Matches(p.query, root, src)
-	text := func(n *ts.Node) string { return string(src[n.StartByte():n.EndByte()]) }
+	matches := p.cursor.Matches(p.query, root, r.src)
 	for m := matches.Next(); m != nil; m = matches.Next() {
 		var call, name, object, typ *ts.Node
 		for i := range m.Captures {
@@ -248,7 +247,7 @@ func (p *parser) calls(root *ts.Node, src []byte) []callSite {
 		site := callSite{start: call.StartByte(), call: lang.Call{Line: int(call.StartPosition().Row) + 1}}
 		switch {
 		case typ != nil:
-			t := (&reader{src: src}).typeName(typ)
+			t := r.typeName(typ)
 			if t == "" {
 				continue
 			}
@@ -256,18 +255,18 @@ func (p *parser) calls(root *ts.Node, src []byte) []callSite {
 		case name == nil:
 			continue
 		case object == nil:
-			site.call.Name = text(name)
+			site.call.Name = r.text(name)
 		default:
 			site.call.Attribute = true
-			switch o := text(object); {
+			switch o := r.text(object); {
 			case object.Kind() == "this":
-				site.call.Name = thisCall + text(name)
+				site.call.Name = thisCall + r.text(name)
 			case object.Kind() == "super":
-				site.call.Name = superCall + text(name)
+				site.call.Name = superCall + r.text(name)
 			case dottedName.MatchString(o):
-				site.call.Name = o + "." + text(name)
+				site.call.Name = o + "." + r.text(name)
 			default:
-				site.call.Name = "." + text(name)
+				site.call.Name = "." + r.text(name)
 			}
 		}
 		out = append(out, site)
