@@ -40,10 +40,22 @@ type ServiceConfig struct {
 	// same consumer receives it (default 30 s). Only one learner receives
 	// trajectories at a time: the others wait as standbys.
 	TakeoverAfter time.Duration
-	Log           zerolog.Logger
+	// AckWait is how long a trajectory delivered to the learner may go
+	// unacknowledged before the server delivers it again (default
+	// DefaultLearnerAckWait). A delivery lost on the wire — the learner's
+	// server stopped while a fetch was answered — comes back only then,
+	// and its group waits for it; a batch being archived is kept alive,
+	// so a slow disk does not bring redeliveries.
+	AckWait time.Duration
+	Log     zerolog.Logger
 	// OnGroupClosed is told about every group written (tests, metrics).
 	OnGroupClosed func(run string, iteration int64, instance string, trajectories, rows int)
 }
+
+// DefaultLearnerAckWait is the learner's default ack wait: archiving a
+// batch acknowledges it within milliseconds, so a short wait costs
+// nothing and bounds how long a lost delivery holds its group back.
+const DefaultLearnerAckWait = 10 * time.Second
 
 // groupKey names the trajectories of one instance in one run iteration.
 type groupKey struct {
@@ -82,25 +94,8 @@ func Serve(ctx context.Context, cfg ServiceConfig) error {
 	if err := cfg.Learner.Advantage.Validate(); err != nil {
 		return &ConfigError{err}
 	}
-	if cfg.GroupDeadline == 0 {
-		cfg.GroupDeadline = 30 * time.Minute
-	}
-	if cfg.Consumer == "" {
-		cfg.Consumer = bus.LearnerConsumer
-	}
-	if cfg.ArchiveParallel <= 0 {
-		cfg.ArchiveParallel = 16
-	}
-	if cfg.TakeoverAfter <= 0 {
-		cfg.TakeoverAfter = 30 * time.Second
-	}
-	// A group needs all its trajectories in one learner, so the consumer
-	// pins one client: a second learner started by mistake, or as a
-	// standby, receives nothing until the active one lets go.
-	cons, err := cfg.Bus.Traj.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
-		Durable: cfg.Consumer, AckPolicy: jetstream.AckExplicitPolicy, AckWait: time.Minute,
-		PriorityPolicy: jetstream.PriorityPolicyPinned, PriorityGroups: []string{bus.LearnerGroup}, PinnedTTL: cfg.TakeoverAfter,
-	})
+	cfg = cfg.withDefaults()
+	cons, err := cfg.Bus.Traj.CreateOrUpdateConsumer(ctx, cfg.consumer())
 	if err != nil {
 		return fmt.Errorf("learner consumer: %w", err)
 	}
@@ -174,6 +169,37 @@ func Serve(ctx context.Context, cfg ServiceConfig) error {
 	return nil
 }
 
+// withDefaults fills in the settings left zero.
+func (cfg ServiceConfig) withDefaults() ServiceConfig {
+	if cfg.GroupDeadline == 0 {
+		cfg.GroupDeadline = 30 * time.Minute
+	}
+	if cfg.Consumer == "" {
+		cfg.Consumer = bus.LearnerConsumer
+	}
+	if cfg.ArchiveParallel <= 0 {
+		cfg.ArchiveParallel = 16
+	}
+	if cfg.TakeoverAfter <= 0 {
+		cfg.TakeoverAfter = 30 * time.Second
+	}
+	if cfg.AckWait <= 0 {
+		cfg.AckWait = DefaultLearnerAckWait
+	}
+	return cfg
+}
+
+// consumer is the learner's durable consumer on the trajectory log. A
+// group needs all its trajectories in one learner, so the consumer pins
+// one client: a second learner started by mistake, or as a standby,
+// receives nothing until the active one lets go.
+func (cfg ServiceConfig) consumer() jetstream.ConsumerConfig {
+	return jetstream.ConsumerConfig{
+		Durable: cfg.Consumer, AckPolicy: jetstream.AckExplicitPolicy, AckWait: cfg.AckWait,
+		PriorityPolicy: jetstream.PriorityPolicyPinned, PriorityGroups: []string{bus.LearnerGroup}, PinnedTTL: cfg.TakeoverAfter,
+	}
+}
+
 // ConfigError is a learner configuration that can never work.
 type ConfigError struct{ Err error }
 
@@ -205,6 +231,7 @@ type received struct {
 // order on one goroutine, since whether the later one replaces the
 // earlier depends on it.
 func (s *service) takeBatch(ctx context.Context, msgs []jetstream.Msg) {
+	stopProgress := bus.KeepAlive(s.cfg.AckWait, msgs...)
 	byPath := map[string][]received{}
 	var paths []string
 	for _, msg := range msgs {
@@ -266,6 +293,7 @@ func (s *service) takeBatch(ctx context.Context, msgs []jetstream.Msg) {
 		})
 	}
 	wg.Wait()
+	stopProgress()
 	for _, k := range touched {
 		if err := s.closeIfComplete(ctx, k); err != nil {
 			s.cfg.Log.Error().Err(err).Str("instance", k.instance).Msg("closing a group failed")

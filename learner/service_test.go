@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/a2farm/a2farm/internal/checkfor"
 	"io"
 	"os"
 	"path/filepath"
@@ -12,10 +11,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	"github.com/a2farm/a2farm/internal/atomicfile"
 	"github.com/a2farm/a2farm/internal/bus"
+	"github.com/a2farm/a2farm/internal/checkfor"
 	"github.com/a2farm/a2farm/internal/natstest"
 	"github.com/a2farm/a2farm/schema"
 )
@@ -153,6 +154,52 @@ func TestServeKeepsAttemptOrderWithinABatch(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestServeRecoversADeliveryLostOnTheWire: a trajectory delivered to the
+// learner's consumer but never received — the server the learner talks to
+// stopped while answering its fetch, as the cluster test saw — comes
+// again after the learner's ack wait, and its group closes then. With the
+// minute-long wait the consumer had, the group waited a minute.
+func TestServeRecoversADeliveryLostOnTheWire(t *testing.T) {
+	ctx := context.Background()
+	const samples = 2
+	b := openRun(ctx, t, samples)
+	for s := range int64(samples) {
+		if err := b.PublishTrajectory(ctx, traj(s, schema.StatusOK, s == 0, "read")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The lost delivery: fetched on the learner's consumer and dropped, the
+	// pin let go as a learner's dying server would.
+	cons, err := b.Traj.CreateOrUpdateConsumer(ctx, ServiceConfig{}.withDefaults().consumer())
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch, err := cons.Fetch(1, jetstream.FetchMaxWait(5*time.Second), jetstream.FetchPriorityGroup(bus.LearnerGroup))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lost := 0
+	for range batch.Messages() {
+		lost++
+	}
+	if lost != 1 {
+		t.Fatalf("fetched %d trajectories; want the one to lose", lost)
+	}
+	if err := b.Traj.UnpinConsumer(ctx, bus.LearnerConsumer, bus.LearnerGroup); err != nil {
+		t.Fatal(err)
+	}
+	closed := make(chan int, 1)
+	defer serveUntil(t, b, t.TempDir(), closed)()
+	select {
+	case n := <-closed:
+		if n != samples {
+			t.Errorf("the group closed with %d trajectories; want %d", n, samples)
+		}
+	case <-time.After(25 * time.Second): // the ack wait (10 s) and time to spare
+		t.Fatal("the group did not close within 25 s: the lost trajectory did not come again")
 	}
 }
 

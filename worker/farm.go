@@ -587,7 +587,7 @@ func (w *farmWorker) runJob(ctx context.Context, job schema.Job, msg jetstream.M
 	if err != nil {
 		return w.giveUp(ctx, job, delivered(msg, 1), "this worker cannot read the job's languages: "+err.Error())
 	}
-	stopProgress := keepAlive(msg, w.cfg.Bus.AckWait())
+	stopProgress := bus.KeepAlive(w.cfg.Bus.AckWait(), msg)
 	idx, release, err := w.index(ctx, job.Repo, job.BaseCommit, opts)
 	stopProgress()
 	if err != nil {
@@ -649,28 +649,6 @@ func (w *farmWorker) outage(ctx context.Context, job schema.Job, msg jetstream.M
 		return RetryAfter(err, outageDelay)
 	}
 	return nil
-}
-
-// keepAlive tells the server the job is being worked on every third of
-// its ack wait until stop is called: building a large snapshot, or waiting
-// for another worker to build it, must not get the job redelivered.
-func keepAlive(msg jetstream.Msg, ackWait time.Duration) (stop func()) {
-	done := make(chan struct{})
-	stopped := make(chan struct{})
-	go func() {
-		defer close(stopped)
-		t := time.NewTicker(max(time.Second, ackWait/3))
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				_ = msg.InProgress()
-			}
-		}
-	}()
-	return func() { close(done); <-stopped }
 }
 
 // cannotServe settles a job whose policy this worker cannot play: it never
