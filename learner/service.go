@@ -359,10 +359,16 @@ func (s *service) closeIfComplete(ctx context.Context, k groupKey) error {
 	}
 	if want == nil {
 		m, err := s.manifest(ctx, k.run, k.iteration)
-		if err != nil {
-			return nil
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			return nil // a run without a manifest: its group closes at the deadline
 		}
-		if want, err = s.expectedSamples(ctx, k, m); err != nil || want == nil {
+		if err != nil { // the server or the manifest may come right: ask again
+			return s.retryLater(k, g, fmt.Errorf("read the run's manifest: %w", err))
+		}
+		if want, err = s.expectedSamples(ctx, k, m); err != nil {
+			return s.retryLater(k, g, fmt.Errorf("read the instance's fork plan: %w", err))
+		}
+		if want == nil {
 			return nil // a run that branches: its plan is not made yet
 		}
 		s.mu.Lock()
@@ -542,22 +548,29 @@ func (s *service) recheck(ctx context.Context) {
 }
 
 // closeGroup computes the group's advantages and writes its shard; a
-// failure leaves the group open and retries it with back-off (1 s, 2 s,
-// 4 s... up to 5 min), shown by status until it succeeds. A shard already
-// on disk (a restart) is kept.
+// failure leaves the group open and retries it (retryLater). A shard
+// already on disk (a restart) is kept.
 func (s *service) closeGroup(ctx context.Context, k groupKey, g *groupState) error {
-	err := s.writeShard(ctx, k)
+	if err := s.writeShard(ctx, k); err != nil {
+		return s.retryLater(k, g, err)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err != nil {
-		g.failures++
-		g.retryAt = time.Now().Add(min(5*time.Minute, time.Second<<min(g.failures-1, 9)))
-		g.lastErr = err.Error()
-		return fmt.Errorf("shard of %s/%d/%s (attempt %d, next in %s): %w", k.run, k.iteration, k.instance,
-			g.failures, time.Until(g.retryAt).Round(time.Second), err)
-	}
 	g.closed, g.failures, g.retryAt, g.lastErr = true, 0, time.Time{}, ""
 	return nil
+}
+
+// retryLater leaves a group open after err and has closeDue try it again,
+// backing off (1 s, 2 s, 4 s... up to 5 min); status shows the group as
+// failing, with err, until it closes.
+func (s *service) retryLater(k groupKey, g *groupState, err error) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	g.failures++
+	g.retryAt = time.Now().Add(min(5*time.Minute, time.Second<<min(g.failures-1, 9)))
+	g.lastErr = err.Error()
+	return fmt.Errorf("shard of %s/%d/%s (attempt %d, next in %s): %w", k.run, k.iteration, k.instance,
+		g.failures, time.Until(g.retryAt).Round(time.Second), err)
 }
 
 // writeShard computes a group's advantages and writes its shard.

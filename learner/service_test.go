@@ -420,6 +420,44 @@ func TestServeQuarantinesForeignMessages(t *testing.T) {
 	})
 }
 
+// TestServeRetriesAnUnreadableManifest: a complete group whose run manifest
+// cannot be read (here it is damaged; in a cluster, the runs bucket may
+// be electing its leader while the trajectory log answers) is reported as
+// failing and closes once the manifest reads again. Before, the learner
+// dropped the error and the group waited for another trajectory, or for
+// its deadline (30 min).
+func TestServeRetriesAnUnreadableManifest(t *testing.T) {
+	ctx := context.Background()
+	const samples = 2
+	b := openRun(ctx, t, samples)
+	const key = "r.0" // where bus keeps run r's first iteration
+	good, err := b.Runs.Get(ctx, key)
+	if err != nil {
+		t.Fatalf("the manifest of run r is not under %q: %v", key, err)
+	}
+	if _, err := b.Runs.Put(ctx, key, []byte("{damaged")); err != nil {
+		t.Fatal(err)
+	}
+	for s := range int64(samples) {
+		if err := b.PublishTrajectory(ctx, traj(s, schema.StatusOK, s == 0, "read")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	closed := make(chan int, 1)
+	defer serveUntil(t, b, t.TempDir(), closed)()
+	checkfor.Within(t, 10*time.Second, 50*time.Millisecond, func() error {
+		r, err := b.GetLearnerReport(ctx)
+		if err != nil || r == nil || len(r.Failing) != 1 || !strings.Contains(r.Failing[0].Error, "read the run's manifest") {
+			return fmt.Errorf("the learner does not report the unreadable manifest: %+v, %v", r, err)
+		}
+		return nil
+	})
+	if _, err := b.Runs.Put(ctx, key, good.Value()); err != nil {
+		t.Fatal(err)
+	}
+	waitClosed(t, closed, samples)
+}
+
 // TestServeRetriesAFailedShard: a group whose shard cannot be written
 // (the folder is blocked; later, the run's manifest — its gold — is
 // missing) stays open, is reported as failing, and is written once the

@@ -191,7 +191,8 @@ type RunShards struct {
 	Sharded int `json:"sharded"` // instances whose shard is written
 }
 
-// FailingGroup is a group whose shard write failed and is being retried.
+// FailingGroup is a group whose close failed (its shard could not be
+// written, or its run manifest or fork plan read) and is being retried.
 type FailingGroup struct {
 	Run       string    `json:"run"`
 	Iteration int64     `json:"iteration"`
