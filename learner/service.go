@@ -569,7 +569,7 @@ func (s *service) retryLater(k groupKey, g *groupState, err error) error {
 	g.failures++
 	g.retryAt = time.Now().Add(min(5*time.Minute, time.Second<<min(g.failures-1, 9)))
 	g.lastErr = err.Error()
-	return fmt.Errorf("shard of %s/%d/%s (attempt %d, next in %s): %w", k.run, k.iteration, k.instance,
+	return fmt.Errorf("group %s/%d/%s (attempt %d, next in %s): %w", k.run, k.iteration, k.instance,
 		g.failures, time.Until(g.retryAt).Round(time.Second), err)
 }
 

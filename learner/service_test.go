@@ -129,14 +129,7 @@ func TestServeKeepsAttemptOrderWithinABatch(t *testing.T) {
 		done <- Serve(ctx, ServiceConfig{Bus: b, Out: out, Learner: DefaultConfig(), Log: zerolog.Nop(),
 			OnGroupClosed: func(_ string, _ int64, _ string, trajectories, _ int) { closed <- trajectories }})
 	}()
-	select {
-	case n := <-closed:
-		if n != samples {
-			t.Errorf("the group closed with %d trajectories; want %d", n, samples)
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatal("the group did not close")
-	}
+	waitClosed(t, closed, samples)
 	trs, err := schema.ReadTrajectoryDir(filepath.Join(out, "archive", "r", "0", "i1"))
 	if err != nil {
 		t.Fatal(err)
@@ -193,14 +186,7 @@ func TestServeRecoversADeliveryLostOnTheWire(t *testing.T) {
 	}
 	closed := make(chan int, 1)
 	defer serveUntil(t, b, t.TempDir(), closed)()
-	select {
-	case n := <-closed:
-		if n != samples {
-			t.Errorf("the group closed with %d trajectories; want %d", n, samples)
-		}
-	case <-time.After(25 * time.Second): // the ack wait (10 s) and time to spare
-		t.Fatal("the group did not close within 25 s: the lost trajectory did not come again")
-	}
+	waitClosedWithin(t, closed, samples, 25*time.Second) // the ack wait (10 s) and time to spare
 }
 
 // serveUntil runs the learner on out until the returned stop is called,
@@ -221,15 +207,21 @@ func serveUntil(t *testing.T, b *bus.Bus, out string, closed chan<- int) (stop f
 	}
 }
 
+// waitClosed waits for the next group closed, with want trajectories.
 func waitClosed(t *testing.T, closed <-chan int, want int) {
+	t.Helper()
+	waitClosedWithin(t, closed, want, 15*time.Second)
+}
+
+func waitClosedWithin(t *testing.T, closed <-chan int, want int, within time.Duration) {
 	t.Helper()
 	select {
 	case n := <-closed:
 		if n != want {
 			t.Errorf("the group closed with %d trajectories; want %d", n, want)
 		}
-	case <-time.After(15 * time.Second):
-		t.Fatal("the group did not close")
+	case <-time.After(within):
+		t.Fatalf("the group did not close within %s", within)
 	}
 }
 
