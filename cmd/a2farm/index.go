@@ -3,13 +3,13 @@ package main
 import (
 	"context"
 	"fmt"
-	"github.com/a2farm/a2farm/lang"
 	"runtime"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/a2farm/a2farm/internal/gitrepo"
+	"github.com/a2farm/a2farm/lang"
 	"github.com/a2farm/a2farm/worker/codegraph"
 	"github.com/a2farm/a2farm/worker/codesearch"
 	"github.com/a2farm/a2farm/worker/repoindex"
@@ -34,11 +34,13 @@ func newIndexBuildCmd(e *env) *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			start := time.Now()
-			idx, release, err := buildIndex(cmd.Context(), e, sf, cf)
+			repos := gitrepo.NewSet(sf.repos)
+			defer repos.Close()
+			idx, err := buildIndex(cmd.Context(), e, repos, sf, cf)
 			if err != nil {
 				return err
 			}
-			defer release()
+			defer idx.Close()
 			how := "built"
 			if idx.Cached {
 				how = "loaded from cache"
@@ -89,32 +91,35 @@ func (f *snapshotFlags) open() (*gitrepo.Set, *gitrepo.Snapshot, error) {
 }
 
 // buildIndex builds (or loads from the cache) the indexes of the snapshot
-// the flags name. release closes the index and then its repository, which
-// the commit tools read while the index is in use.
-func buildIndex(ctx context.Context, e *env, sf snapshotFlags, cf cacheFlags) (idx *repoindex.Index, release func(), err error) {
+// the flags name, reading the repository through repos, which the commit
+// tools read while the index is in use: the caller closes the index, then
+// repos.
+func buildIndex(ctx context.Context, e *env, repos *gitrepo.Set, sf snapshotFlags, cf cacheFlags) (*repoindex.Index, error) {
 	if err := sf.validate(); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	l, err := e.snapshotLanguages()
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	opts, err := cf.options(l)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	repos := gitrepo.NewSet(sf.repos)
-	idx, err = repoindex.Build(ctx, repos, sf.repo, sf.commit, opts)
+	idx, err := repoindex.Build(ctx, repos, sf.repo, sf.commit, opts)
 	if err != nil {
-		repos.Close()
-		return nil, nil, err
+		return nil, err
 	}
-	// Said when the index is built, not at every tool call on it: the
-	// note walks the snapshot's tree, which a cached index never reads.
-	if snap, err := repos.At(sf.repo, sf.commit); err == nil && !idx.Cached {
-		e.noteUnread(snap, l)
+	// Said when the index is built, never on a cached one: the note reads
+	// the commit and walks its tree, and a cached index opened by its full
+	// id reads no git object at all (opening the pack index of a big
+	// repository costs more than the whole cached call).
+	if !idx.Cached {
+		if snap, err := repos.At(sf.repo, sf.commit); err == nil {
+			e.noteUnread(snap, l)
+		}
 	}
-	return idx, func() { idx.Close(); repos.Close() }, nil
+	return idx, nil
 }
 
 func (f *snapshotFlags) validate() error {

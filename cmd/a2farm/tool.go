@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/a2farm/a2farm/internal/gitrepo"
 	"github.com/a2farm/a2farm/worker/tools"
 )
 
@@ -33,11 +34,13 @@ Tools: ` + strings.Join(tools.AllNames(), ", ") + `.`,
 			if !json.Valid([]byte(args)) {
 				return usagef("--args is not valid JSON: %s", args)
 			}
-			idx, release, err := buildIndex(cmd.Context(), e, sf, cf)
+			repos := gitrepo.NewSet(sf.repos)
+			defer repos.Close()
+			idx, err := buildIndex(cmd.Context(), e, repos, sf, cf)
 			if err != nil {
 				return err
 			}
-			defer release()
+			defer idx.Close()
 			set, err := tools.New(idx, tools.Options{ProblemStatement: problem})
 			if err != nil {
 				return err

@@ -60,6 +60,18 @@ func (s *Set) CheckCommit(_ context.Context, repo, commit string) error {
 	return nil
 }
 
+// ObjectsRead is the number of git objects read from the set's
+// repositories since they were opened.
+func (s *Set) ObjectsRead() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var n int64
+	for _, r := range s.repos {
+		n += r.ObjectsRead()
+	}
+	return n
+}
+
 // Close closes every repository opened so far.
 func (s *Set) Close() error {
 	s.mu.Lock()

@@ -155,9 +155,7 @@ func Build(ctx context.Context, repos *gitrepo.Set, repo, commit string, opts Bu
 	if err != nil {
 		return nil, err
 	}
-	// A full id opens a cached entry without reading any git object (a big
-	// repository's pack index alone costs seconds and 100+ MB).
-	if commit, err = r.Resolve(commit); err != nil {
+	if commit, err = resolve(r, repo, commit, opts); err != nil {
 		return nil, err
 	}
 	if opts.Cache != nil {
@@ -179,6 +177,22 @@ func Build(ctx context.Context, repos *gitrepo.Set, repo, commit string, opts Bu
 	}
 	os.RemoveAll(tmp)
 	return nil, err
+}
+
+// resolve turns a revision into a full commit id. A full id opens a cached
+// entry without reading any git object (a big repository's pack index alone
+// costs seconds and 100+ MB), and so does an abbreviated one that names a
+// single object of the repository whose entry the cache holds: entries are
+// made for commits only, so that object is the commit go-git's resolution
+// would answer (hash prefixes first, then references).
+func resolve(r *gitrepo.Repo, repo, rev string, opts BuildOptions) (string, error) {
+	if opts.Cache != nil && len(rev) < 40 {
+		if ids, err := r.ObjectsWithPrefix(rev); err == nil && len(ids) == 1 &&
+			opts.Cache.complete(opts.Cache.snapshotDir(repo, ids[0], opts.Engine), opts) {
+			return ids[0], nil
+		}
+	}
+	return r.Resolve(rev)
 }
 
 // build makes every part of the index in memory, and with bleve (in dir)
