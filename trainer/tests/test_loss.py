@@ -121,24 +121,46 @@ def test_packing_does_not_attend_across_sequences(lm) -> None:
     assert loss_of(wrapper, behind).item() == pytest.approx(alone, abs=1e-4)
 
 
-def test_chunked_loss_equals_naive_in_value_and_gradient() -> None:
+def test_packed_attention_without_position_ids_is_refused() -> None:
+    """Without position ids the per-sequence attention cannot see where a
+    packed row's sequences start; it refuses rather than attend across them."""
+    from a2farm_trainer.attention import segments_attention
+
+    q = torch.randn(1, 2, 6, 4)
+    kv = torch.randn(1, 1, 6, 4)
+    with pytest.raises(ValueError, match="position_ids"):
+        segments_attention(torch.nn.Module(), q, kv, kv, None)
+    out, _ = segments_attention(torch.nn.Module(), q, kv, kv, None, position_ids=torch.tensor([[0, 1, 2, 0, 1, 2]]))
+    assert out.shape == (1, 6, 2, 4)
+
+
+@pytest.mark.parametrize("head_trains", [False, True], ids=["frozen head: gradient in the forward", "trained head: checkpointed chunks"])
+def test_chunked_loss_equals_naive_in_value_and_gradient(head_trains: bool) -> None:
+    """Both ways of the chunked loss — a frozen output layer (LoRA) takes each
+    chunk's gradient in the forward pass; a trained one recomputes its chunks
+    in the backward — give the naive loss's value and gradients, also
+    through a layer before them and a gradient scaled on the way back."""
     torch.manual_seed(0)
     vocab, hidden, n = 1000, 16, 300
-    head = torch.nn.Linear(hidden, vocab, bias=False)
-    h = torch.randn(1, n, hidden, requires_grad=True)
+    head = torch.nn.Linear(hidden, vocab, bias=False).requires_grad_(head_trains)
+    below = torch.nn.Linear(hidden, hidden)
+    x = torch.randn(1, n, hidden)
     targets = torch.randint(0, vocab, (1, n))
     scale = torch.rand(1, n) * (torch.rand(1, n) > 0.4)
     results = []
-    for fn in (lambda: naive_weighted_ce(h, head, targets, scale), lambda: chunked_weighted_ce(h, head, targets, scale, chunk=37)):
+    for fn in (naive_weighted_ce, lambda *a: chunked_weighted_ce(*a, chunk=37)):
         head.zero_grad()
-        h.grad = None
-        loss = fn()
-        loss.backward()
-        results.append((loss.item(), h.grad.clone(), head.weight.grad.clone()))
-    (l1, gh1, gw1), (l2, gh2, gw2) = results
+        below.zero_grad()
+        loss = fn(below(x), head, targets, scale)
+        (loss * 3.0).backward()
+        results.append((loss.item(), below.weight.grad.clone(), head.weight.grad.clone() if head_trains else None))
+    (l1, gb1, gw1), (l2, gb2, gw2) = results
     assert l1 == pytest.approx(l2, rel=1e-6)
-    torch.testing.assert_close(gh1, gh2)
-    torch.testing.assert_close(gw1, gw2)
+    torch.testing.assert_close(gb1, gb2)
+    if head_trains:
+        torch.testing.assert_close(gw1, gw2)
+    else:
+        assert head.weight.grad is None
 
 
 def test_step_normalisation_does_not_depend_on_micro_batching(lm) -> None:
@@ -149,6 +171,55 @@ def test_step_normalisation_does_not_depend_on_micro_batching(lm) -> None:
     one = step_loss(wrapper, seqs, "packed", 64).item()
     many = step_loss(wrapper, seqs, "packed", 15).item()
     assert one == pytest.approx(many, abs=1e-6)
+
+
+def test_an_epochs_gradient_normalises_each_step_by_its_own_labelled_tokens(lm) -> None:
+    """The command's own train_step over one epoch whose last step holds fewer
+    micro-batches than the others: the summed gradient is that of
+    Σ_steps Σ_{tokens of the step} w·CE / N_step — each step, the short last
+    one included, divided by its own labelled tokens (docs/TRAINING.md)."""
+    from accelerate import Accelerator
+
+    from a2farm_trainer.config import TrainConfig
+    from a2farm_trainer.train import Position, plan_steps, train_step
+
+    seqs = fixture_sequences(lm.config.vocab_size) + fixture_sequences(lm.config.vocab_size, seed=2)[:3]
+    cfg = TrainConfig(shards=[], out="", model="", token_budget=16, max_length=16, grad_accum=2, max_grad_norm=0.0,
+                      epochs=1, seed=7)
+    steps = [step for _, step in plan_steps(seqs, cfg, cfg.grad_accum, Position())]
+    assert len(steps) > 1 and sum(1 for m in steps[-1] if m) < cfg.grad_accum, steps
+    lm.zero_grad(set_to_none=True)  # the module's model: other tests leave gradients in it
+    trainable = {n: p for n, p in lm.named_parameters() if p.requires_grad}
+    start = {n: p.detach().clone() for n, p in trainable.items()}
+
+    acc = Accelerator(cpu=True, gradient_accumulation_steps=cfg.grad_accum)
+    wrapper = WeightedLM(lm, chunk=5)
+    # Plain SGD at rate 1 moves each parameter by minus its gradient.
+    optimizer = torch.optim.SGD(list(trainable.values()), lr=1.0)
+    wrapper, optimizer = acc.prepare(wrapper, optimizer)
+    moved = {n: torch.zeros_like(p) for n, p in start.items()}
+    for step in steps:
+        train_step(acc, wrapper, optimizer, cfg, seqs, step, pad=0)
+        with torch.no_grad():
+            for n, p in trainable.items():
+                moved[n] += p - start[n]
+                p.copy_(start[n])  # every step's gradient at the same point
+
+    lm.zero_grad()
+    total = torch.zeros((), dtype=torch.float64)
+    for step in steps:
+        members = [i for m in step for i in m]
+        n_step = sum(seqs[i].labelled() for i in members)
+        for i in members:
+            q = seqs[i]
+            logits = lm(input_ids=torch.tensor([q.input_ids])).logits[0, :-1].double()
+            ce = torch.nn.functional.cross_entropy(logits, torch.tensor(q.input_ids[1:]), reduction="none")
+            total = total + (ce * torch.tensor(q.weights[1:], dtype=torch.float64)).sum() / n_step
+    total.backward()
+    for n, p in trainable.items():
+        # The micro-batch's scales are float32: agreement to its rounding.
+        torch.testing.assert_close(moved[n], -p.grad, atol=1e-6, rtol=1e-5, msg=n)
+    lm.zero_grad()
 
 
 def test_per_sequence_normalisation_is_the_mean_of_each_sequences_own_loss(lm) -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from a2farm_trainer.errors import InputError
 from a2farm_trainer.render import reference_text, render_reference, render_template, trained_replies
 from a2farm_trainer.shards import Filter, find_shard_sets, read_rows
 
@@ -95,6 +96,23 @@ def test_reference_rendering_reproduces_the_reference_trainer(tokenizer) -> None
         (0.5, "<think>\n\n</think>\n\nlook\n[TOOL_CALL] get_entity_contents({\"entity_names\":[\"a.py:f\"]})<|im_end|>\n"),
         (2.0, "<think>\n\n</think>\n\ndone<|im_end|>"),
     ]
+
+
+@pytest.mark.parametrize("weights", [[0.5], [0.5, 2.0, 1.0], []])
+def test_reference_rendering_refuses_a_reply_without_its_weight(tokenizer, weights: list[float]) -> None:
+    """The reference gives a span it has no step weight for the weight 1.0;
+    a row whose weights do not match its assistant spans is refused, named."""
+    row = {
+        "job_id": "r/0/i/3", "first_turn": 0, "last_turn": 1, "turns": [0, 1], "weights": weights,
+        "messages": [
+            {"role": "user", "content": "task"},
+            {"role": "assistant", "content": "look", "tool_calls": None},
+            {"role": "user", "content": "more"},
+            {"role": "assistant", "content": "done", "tool_calls": None},
+        ],
+    }
+    with pytest.raises(InputError, match=rf"shard-x row r/0/i/3: {len(weights)} step weights for 2 assistant spans"):
+        render_reference(tokenizer, row, "shard-x")
 
 
 def test_sft_shards_train_every_reply_with_weight_one(served_run: Path, tmp_path: Path, a2farm_bin: str, tokenizer) -> None:

@@ -120,17 +120,55 @@ def test_message_shards_of_the_up_run_train(tiny_model: str, up_run: Path, tmp_p
 
 def test_a_tree_is_filtered_by_run_and_iteration(up_run: Path, tokenizer) -> None:
     from a2farm_trainer import dataset
+    from a2farm_trainer.config import DEFAULTS
     from a2farm_trainer.errors import InputError
     from a2farm_trainer.shards import Filter
 
     tree = str(up_run / "learner" / "shards")
     (run_id,) = os.listdir(tree)
     with pytest.raises(InputError, match="no training sequences"):
-        dataset.load([tree], Filter(iterations=(1,)), tokenizer)
+        dataset.load([tree], Filter(iterations=(1,)), tokenizer, max_length=DEFAULTS.max_length)
     with pytest.raises(InputError, match="no training sequences"):
-        dataset.load([tree], Filter(runs=("other",)), tokenizer)
-    got = dataset.load([tree], Filter(runs=(run_id,), iterations=(0,)), tokenizer)
+        dataset.load([tree], Filter(runs=("other",)), tokenizer, max_length=DEFAULTS.max_length)
+    got = dataset.load([tree], Filter(runs=(run_id,), iterations=(0,)), tokenizer, max_length=DEFAULTS.max_length)
     assert len(got.files) == len(list((up_run / "learner" / "shards").glob("*/0/*/shard-*.parquet")))
+
+
+def test_the_command_line_is_the_config() -> None:
+    """Every field of TrainConfig is a flag (or the positional shards) whose
+    default is the field's, and a parsed command line gives the config back."""
+    import dataclasses
+
+    from a2farm_trainer.cli import parser, to_config
+    from a2farm_trainer.config import DEFAULTS, TrainConfig, flag_name
+
+    p = parser()
+    flags = {o for a in p._actions for o in a.option_strings}
+    for f in dataclasses.fields(TrainConfig):
+        assert f.name == "shards" or flag_name(f) in flags, f.name
+    a = p.parse_args(["s1", "--model", "m", "--out", "o"])
+    assert to_config(a) == dataclasses.replace(DEFAULTS, shards=["s1"], model="m", out="o")
+    a = p.parse_args(["s1", "s2", "--model", "m", "--out", "o", "--run", "r1", "--run", "r2", "--iteration", "2",
+                      "--lora-targets", "q_proj, v_proj", "--no-progress", "--lr", "1e-3", "--packing", "padded",
+                      "--gradient-checkpointing"])
+    got = to_config(a)
+    assert (got.shards, got.runs, got.iterations, got.lora_targets) == (["s1", "s2"], ["r1", "r2"], [2], ["q_proj", "v_proj"])
+    assert (got.progress, got.lr, got.packing, got.gradient_checkpointing) == (False, 1e-3, "padded", True)
+
+
+def test_gradient_checkpointing_trains_what_it_trains_without(tiny_model: str, token_shards: Path, tmp_path: Path) -> None:
+    from safetensors.torch import load_file
+
+    outs = {}
+    for name, extra in (("plain", []), ("checkpointed", ["--gradient-checkpointing"])):
+        outs[name] = tmp_path / name
+        assert train(tiny_model, token_shards, outs[name], "--epochs", "1", *extra) == 0
+    m1, m2 = (json.loads((outs[n] / "train_manifest.json").read_text()) for n in ("plain", "checkpointed"))
+    assert m2["hyperparameters"]["gradient_checkpointing"] is True
+    assert [s["loss"] for s in m2["steps"]] == pytest.approx([s["loss"] for s in m1["steps"]], rel=1e-5)
+    a, b = (load_file(str(outs[n] / "adapter_model.safetensors")) for n in ("plain", "checkpointed"))
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], atol=1e-5, rtol=1e-4, msg=k)
 
 
 def test_padded_batches_compute_more_tokens_than_packed(tiny_model: str, token_shards: Path, tmp_path: Path) -> None:
@@ -188,6 +226,85 @@ def test_ctrl_c_saves_a_checkpoint_and_resume_finishes_like_an_uninterrupted_run
         torch.testing.assert_close(got[k], want[k], msg=k)
     steps = json.loads((out / "train_manifest.json").read_text())["steps"]
     assert [s["step"] for s in steps] == list(range(1, len(steps) + 1))
+
+
+def interrupted_run(args: list[str], out: Path) -> Path:
+    """Starts a one-process run, interrupts it after its first step with
+    Ctrl-C and returns its checkpoint."""
+    p = cli([*args, "--out", str(out)])
+    assert p.stderr is not None
+    line = p.stderr.readline()
+    while line and not line.startswith("train "):
+        line = p.stderr.readline()
+    p.send_signal(signal.SIGINT)
+    rest = p.stderr.read()
+    assert p.wait(timeout=120) == 130, rest
+    return Path(str(out) + ".checkpoint")
+
+
+def test_a_resume_with_another_step_size_trains_every_sequence_once_per_epoch(tiny_model: str, token_shards: Path,
+                                                                               tmp_path: Path) -> None:
+    """A run interrupted on one process and resumed on two (or with another
+    --grad-accum) re-plans the untrained micro-batches of its epoch into steps
+    of the new size: every sequence is trained once per epoch, as in a fresh
+    run. (Before, the resumed run skipped as many steps of the new plan as
+    the old had taken: two micro-batches of epoch 0 never trained, silently.)"""
+    from a2farm_trainer import dataset
+    from a2farm_trainer.shards import Filter
+
+    import a2farm_trainer
+
+    seqs = dataset.load([str(token_shards)], Filter(), None, input_kind="tokens", max_length=6000).sequences
+    epoch_tokens, epoch_labelled = sum(len(q) for q in seqs), sum(q.labelled() for q in seqs)
+    args = ["--model", tiny_model, str(token_shards), "--lr", "5e-3", "--warmup-steps", "2", "--token-budget", "6000",
+            "--max-length", "6000", "--epochs", "2"]
+    first = tmp_path / "first"
+    ckpt = interrupted_run(args, first)
+    state = json.loads((ckpt / "trainer_state.json").read_text())
+    assert 0 < state["steps_done"] and state["position"]["epoch"] == 0, state["position"]
+    assert (state["processes"], state["grad_accum"]) == (1, 1)
+    again = tmp_path / "again"
+    shutil.copytree(ckpt, Path(str(again) + ".checkpoint"))
+
+    src = str(Path(a2farm_trainer.__file__).resolve().parents[1])
+    env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=os.pathsep.join([src, os.environ.get("PYTHONPATH", "")]))
+    p = subprocess.run([*launcher("torchrun"), "-m", "a2farm_trainer", *args, "--out", str(first), "--resume", "--no-progress"],
+                       capture_output=True, text=True, env=env, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "resuming a run of 1 processes × 1 micro-batches as 2 × 1" in p.stderr
+    assert run([*args, "--out", str(again), "--resume", "--no-progress", "--grad-accum", "2"]) == 0
+
+    for out, processes in ((first, 2), (again, 1)):
+        m = json.loads((out / "train_manifest.json").read_text())
+        assert m["engine"]["processes"] == processes
+        steps = m["steps"]
+        assert [s["step"] for s in steps] == list(range(1, len(steps) + 1))
+        for epoch in (0, 1):
+            assert sum(s["tokens_trained"] for s in steps if s["epoch"] == epoch) == epoch_tokens, (out, epoch)
+            assert sum(s["labelled"] for s in steps if s["epoch"] == epoch) == epoch_labelled, (out, epoch)
+
+
+@pytest.mark.parametrize("saved,now,refused", [
+    ((1, "NO"), (2, "MULTI_CPU"), False),
+    ((2, "MULTI_GPU"), (4, "MULTI_GPU"), False),
+    ((4, "DEEPSPEED"), (2, "DEEPSPEED"), True),
+    ((2, "FSDP"), (1, "NO"), True),
+    ((1, "NO"), (2, "DEEPSPEED"), True),
+    ((2, "DEEPSPEED"), (2, "DEEPSPEED"), False),
+])
+def test_a_sharded_checkpoint_resumes_on_as_many_processes_only(saved: tuple[int, str], now: tuple[int, str],
+                                                                 refused: bool) -> None:
+    from a2farm_trainer.errors import InputError
+    from a2farm_trainer.train import Position, check_resumable
+
+    state = {"fingerprint": "f", "position": {"epoch": 1, "micro_batches": 3}, "processes": saved[0], "engine": saved[1]}
+    if refused:
+        with pytest.raises(InputError, match=rf"saved by {saved[0]} processes under {saved[1]}, this run has {now[0]} "):
+            check_resumable(state, "ckpt", "f", *now)
+    else:
+        assert check_resumable(state, "ckpt", "f", *now) == Position(1, 3)
+    with pytest.raises(InputError, match="other shards or settings"):
+        check_resumable(state, "ckpt", "g", *now)
 
 
 def rewrite_tokens(folder: Path, change: Callable[[list[dict[str, Any]]], None]) -> None:
@@ -259,11 +376,33 @@ def test_bad_input_is_refused_with_one_line_and_exit_2(name: str, damage: Callab
     assert not out.exists() and not Path(str(out) + ".partial").exists()
 
 
-def test_truncate_cuts_what_max_length_refuses(tiny_model: str, token_shards: Path, tmp_path: Path) -> None:
+def test_truncate_keeps_the_labelled_tail(tiny_model: str, token_shards: Path, tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """--truncate cuts a long sequence's start — prompt tokens — and keeps the
+    replies at its end, which carry the weight; it says how much it cut."""
+    from a2farm_trainer import dataset
+    from a2farm_trainer.shards import Filter
+
+    limit = 4000
+    whole = dataset.load([str(token_shards)], Filter(), None, input_kind="tokens", max_length=1 << 20).sequences
+    cut = dataset.load([str(token_shards)], Filter(), None, input_kind="tokens", max_length=limit, truncate=True)
+    long = [i for i, s in enumerate(whole) if len(s) > limit]
+    assert long, "no sequence over the limit: the test checks nothing"
+    for i, (w, c) in enumerate(zip(whole, cut.sequences)):
+        keep = slice(-limit, None) if i in long else slice(None)
+        assert (c.input_ids, c.weights) == (w.input_ids[keep], w.weights[keep])
+    assert cut.truncated == len(long)
+    assert cut.truncated_tokens == sum(len(whole[i]) - limit for i in long)
+    assert cut.truncated_labelled == sum(whole[i].labelled() - cut.sequences[i].labelled() for i in long)
+    assert sum(s.labelled() for s in cut.sequences) > 0.9 * sum(s.labelled() for s in whole)
+
     out = tmp_path / "adapter"
-    assert train(tiny_model, token_shards, out, "--epochs", "1", "--max-length", "4000", "--truncate") == 0
+    capsys.readouterr()
+    assert train(tiny_model, token_shards, out, "--epochs", "1", "--max-length", str(limit), "--truncate") == 0
     m = json.loads((out / "train_manifest.json").read_text())
-    assert m["truncated"] > 0
+    assert (m["truncated"], m["truncated_tokens"]) == (len(long), cut.truncated_tokens)
+    assert m["tokens"]["labelled"] == sum(s.labelled() for s in cut.sequences)
+    assert f"lost {cut.truncated_tokens:,} tokens from their starts" in capsys.readouterr().err
 
 
 def test_an_existing_adapter_is_not_overwritten(tiny_model: str, token_shards: Path, tmp_path: Path) -> None:

@@ -57,7 +57,10 @@ def segments_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.
 def _starts(pos: torch.Tensor | None, rows: int, length: int) -> list[list[int]]:
     """Per row, the offsets where sequences start, and the row's end."""
     if pos is None:
-        return [[0, length] for _ in range(rows)]
+        # Without them a packed row would be attended as one sequence, each
+        # sequence seeing the ones before it, and nothing would say so.
+        raise ValueError(f"{NAME} finds where packed sequences start by their position_ids, and the model passed none "
+                         "to its attention: use --attn sdpa or flash_attention_2 for this model")
     pos = pos.expand(rows, -1) if pos.shape[0] != rows else pos
     out = []
     for b in range(rows):

@@ -4,9 +4,10 @@
       packed vs padded tokens/s on the same shards, side by side in one run,
       through the real command (a tiny Qwen3-shaped model built here).
   python -m a2farm_trainer.bench loss-memory
-      peak memory of the naive and the chunked loss (151,936-token vocabulary,
-      16,384 tokens), each in its own process, and their loss and gradients
-      compared.
+      time and peak memory of the naive, the checkpointed and the chunked
+      loss (151,936-token vocabulary, up to 16,384 tokens, a frozen output
+      layer as under LoRA), each in its own process, their loss and gradients
+      compared with the naive one's.
   python -m a2farm_trainer.bench gpu [--shape 1.7b|4b] [--seconds 240]
       one GPU: a randomly initialised model of a 1.7B or 4B policy's shape,
       LoRA, synthetic rollout-like sequences, packed vs padded: tokens/s and
@@ -28,6 +29,8 @@ from typing import Any
 
 import torch
 
+from .config import DEFAULTS
+
 VOCAB = 151936
 
 
@@ -44,7 +47,8 @@ def tiny_model(folder: str, tokenizer: str) -> str:
 
 
 def throughput(a: argparse.Namespace) -> dict[str, Any]:
-    from .train import TrainConfig, train
+    from .config import TrainConfig
+    from .train import train
 
     rows = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -62,31 +66,38 @@ def throughput(a: argparse.Namespace) -> dict[str, Any]:
     return rows
 
 
+LOSS_KINDS = ("naive", "checkpointed", "chunked")
+
+
 def _loss_child(kind: str, tokens: int, hidden: int) -> None:
-    """Runs one loss forward and backward and prints what it used."""
-    from .loss import chunked_weighted_ce, naive_weighted_ce
+    """Runs one loss forward and backward, the output layer frozen as LoRA
+    training has it, and prints what it used. chunked: the trainer's loss
+    (each chunk's gradient taken in the forward pass); checkpointed: chunks
+    recomputed in the backward pass (what it did before)."""
+    from .loss import DEFAULT_CHUNK, checkpointed_chunks, chunked_weighted_ce, naive_weighted_ce
 
     torch.manual_seed(0)
-    head = torch.nn.Linear(hidden, VOCAB, bias=False)
+    head = torch.nn.Linear(hidden, VOCAB, bias=False).requires_grad_(False)
     h = torch.randn(1, tokens, hidden, requires_grad=True)
     targets = torch.randint(0, VOCAB, (1, tokens))
     scale = torch.full((1, tokens), 1.0 / tokens)
+    fns = {"naive": naive_weighted_ce, "chunked": chunked_weighted_ce,
+           "checkpointed": lambda h, head, t, s: checkpointed_chunks(h.reshape(-1, hidden), head, t.reshape(-1), s.reshape(-1), DEFAULT_CHUNK)}
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     t0 = time.monotonic()
-    fn = naive_weighted_ce if kind == "naive" else chunked_weighted_ce
-    loss = fn(h, head, targets, scale)
+    loss = fns[kind](h, head, targets, scale)
     loss.backward()
     seconds = time.monotonic() - t0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     print(json.dumps({"kind": kind, "tokens": tokens, "loss": loss.item(), "seconds": seconds,
                       "peak_rss_bytes": peak, "rss_before_bytes": before, "added_bytes": peak - before,
-                      "grad_hidden_sum": h.grad.double().sum().item(), "grad_head_sum": head.weight.grad.double().sum().item()}))
+                      "grad_hidden_sum": h.grad.double().sum().item()}))
 
 
 def loss_memory(a: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {"vocab": VOCAB, "hidden": a.hidden, "runs": []}
     for tokens in a.tokens:
-        for kind in ("chunked", "naive"):
+        for kind in LOSS_KINDS:
             cmd = [sys.executable, "-m", "a2farm_trainer.bench", "_loss-child", kind, str(tokens), str(a.hidden)]
             limit = int(a.limit_gib * (1 << 30))
             p = subprocess.run(cmd, capture_output=True, text=True,
@@ -96,15 +107,16 @@ def loss_memory(a: argparse.Namespace) -> dict[str, Any]:
             else:
                 out["runs"].append({"kind": kind, "tokens": tokens, "failed": f"exit {p.returncode} within {a.limit_gib} GiB of address space",
                                     "error": (p.stderr.strip().splitlines() or [""])[-1][:200]})
-    # Same loss and gradients, where both ran.
+    # Same loss and gradients as the naive loss, where both ran.
     agree = []
     for tokens in a.tokens:
-        pair = {r["kind"]: r for r in out["runs"] if r["tokens"] == tokens and "loss" in r}
-        if len(pair) == 2:
-            n, c = pair["naive"], pair["chunked"]
-            agree.append({"tokens": tokens, "loss_diff": abs(n["loss"] - c["loss"]),
-                          "grad_hidden_sum_diff": abs(n["grad_hidden_sum"] - c["grad_hidden_sum"]),
-                          "grad_head_sum_diff": abs(n["grad_head_sum"] - c["grad_head_sum"])})
+        ran = {r["kind"]: r for r in out["runs"] if r["tokens"] == tokens and "loss" in r}
+        for kind in LOSS_KINDS[1:]:
+            if "naive" in ran and kind in ran:
+                n, c = ran["naive"], ran[kind]
+                agree.append({"tokens": tokens, "kind": kind, "loss_diff": abs(n["loss"] - c["loss"]),
+                              "grad_hidden_sum_diff": abs(n["grad_hidden_sum"] - c["grad_hidden_sum"]),
+                              "seconds_over_naive": c["seconds"] / n["seconds"]})
     out["agreement"] = agree
     return out
 
@@ -183,8 +195,8 @@ def main(argv: list[str] | None = None) -> None:
     t = sub.add_parser("throughput")
     t.add_argument("--shards", required=True)
     t.add_argument("--tokenizer", required=True)
-    t.add_argument("--token-budget", type=int, default=16384)
-    t.add_argument("--max-length", type=int, default=16384)
+    t.add_argument("--token-budget", type=int, default=DEFAULTS.token_budget)
+    t.add_argument("--max-length", type=int, default=DEFAULTS.max_length)
     t.add_argument("--attn", default="auto")
     lm = sub.add_parser("loss-memory")
     lm.add_argument("--tokens", type=int, nargs="+", default=[2048, 8192, 16384])
@@ -194,8 +206,8 @@ def main(argv: list[str] | None = None) -> None:
     g.add_argument("--shape", choices=sorted(SHAPES), default="1.7b")
     g.add_argument("--sequences", type=int, default=48)
     g.add_argument("--min-len", type=int, default=2048)
-    g.add_argument("--max-len", type=int, default=16384)
-    g.add_argument("--token-budget", type=int, default=16384)
+    g.add_argument("--max-len", type=int, default=DEFAULTS.max_length)
+    g.add_argument("--token-budget", type=int, default=DEFAULTS.token_budget)
     g.add_argument("--seconds", type=float, default=240)
     g.add_argument("--attn", default="auto")
     child = sub.add_parser("_loss-child")

@@ -26,12 +26,22 @@ class Inputs:
     files: list[dict[str, Any]] = field(default_factory=list)
     kinds: dict[str, int] = field(default_factory=dict)  # shard sets read per kind
     sft_sets: int = 0
-    truncated: int = 0
+    truncated: int = 0  # sequences cut to --max-length
+    truncated_tokens: int = 0  # tokens cut from their starts
+    truncated_labelled: int = 0  # labelled tokens among them
+
+    def truncation_note(self, max_length: int) -> str | None:
+        """What --truncate cut, for the run's log; None when nothing was."""
+        if not self.truncated:
+            return None
+        lost = (f"; {self.truncated_labelled:,} of them labelled (earlier replies of a long conversation)"
+                if self.truncated_labelled else "; none labelled")
+        return (f"--truncate: {self.truncated} sequences over --max-length {max_length} lost {self.truncated_tokens:,} "
+                f"tokens from their starts, which the model does not see{lost}")
 
 
-def load(paths: list[str], flt: Filter, tokenizer: Tokenizer | None, *, input_kind: str = "auto",
-         render_mode: str = "template", max_length: int = 16384, truncate: bool = False,
-         vocab_size: int | None = None) -> Inputs:
+def load(paths: list[str], flt: Filter, tokenizer: Tokenizer | None, *, max_length: int, input_kind: str = "auto",
+         render_mode: str = "template", truncate: bool = False, vocab_size: int | None = None) -> Inputs:
     """Reads, checks and renders every shard set at or under paths."""
     if input_kind not in INPUT_KINDS:
         raise InputError(f"--input {input_kind!r}: expected one of {', '.join(INPUT_KINDS)}")
@@ -64,10 +74,17 @@ def load(paths: list[str], flt: Filter, tokenizer: Tokenizer | None, *, input_ki
         where = f"{s.source} ({s.job_id or 'a row'})"
         if len(s) > max_length:
             if not truncate:
-                raise InputError(f"{where}: {len(s)} tokens, over --max-length {max_length} (pass --truncate to cut it)")
-            del s.input_ids[max_length:]
-            del s.weights[max_length:]
+                raise InputError(f"{where}: {len(s)} tokens, over --max-length {max_length} "
+                                 "(pass --truncate to cut its start)")
+            # The replies that carry the weight come last: the start goes,
+            # and with it the first token left, which nothing predicts.
+            cut = len(s) - max_length
+            before = s.labelled()
+            del s.input_ids[:cut]
+            del s.weights[:cut]
             out.truncated += 1
+            out.truncated_tokens += cut
+            out.truncated_labelled += before - s.labelled()
         if vocab_size is not None:
             bad = next((t for t in s.input_ids if t < 0 or t >= vocab_size), None)
             if bad is not None:

@@ -5,6 +5,7 @@ same terms as the training loss."""
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import torch
@@ -12,7 +13,8 @@ import torch
 from . import packing
 from .model import WeightedLM, check_adapter_folder, load_base, to_device
 from .progress import Progress
-from .train import TrainConfig, attention, mixed_precision, read_inputs, versions
+from .config import TrainConfig
+from .train import attention, mixed_precision, read_inputs, versions
 
 
 @torch.no_grad()
@@ -21,6 +23,8 @@ def evaluate(cfg: TrainConfig) -> dict[str, Any]:
 
     cfg.validate()
     tok, data = read_inputs(cfg)
+    if note := data.truncation_note(cfg.max_length):
+        print(f"a2farm-train: {note}", file=sys.stderr)
     device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
     dtype = torch.bfloat16 if mixed_precision(cfg.precision) == "bf16" else torch.float32
     model = load_base(cfg.model, dtype, attention(cfg.attn))

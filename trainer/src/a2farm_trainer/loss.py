@@ -9,12 +9,24 @@ logits exist only while its loss is computed, in the forward pass and again
 in the backward pass. The output layer is called as a module, so engines that
 gather sharded weights in module hooks (DeepSpeed ZeRO-3, FSDP) see the call.
 
+Where the output layer is frozen (LoRA: always), each chunk's gradient with
+respect to the hidden states is computed in the forward pass, right after its
+loss, and kept (the size of the hidden states): the backward pass only hands
+it on, so the output layer runs twice per chunk (forward and backward), as in
+the naive loss, not three times (forward, and forward again plus backward
+under checkpointing). Liger-Kernel's fused linear cross-entropy does the same
+on GPUs. A trainable output layer keeps the checkpointed chunks: its gradient
+would be a second copy of the layer held across the pass, and under ZeRO-3
+the layer's weight exists only inside its own call.
+
 ``naive_weighted_ce`` materialises every logit; it is the definition the
 chunked loss is tested against and the baseline ``make bench-trainer``
 measures beside it.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -56,9 +68,41 @@ def chunked_weighted_ce(hidden: torch.Tensor, head: nn.Module, targets: torch.Te
         # Keep the graph connected (engines expect every rank to backward
         # through the model), at no cost.
         return total + hidden.sum() * 0.0
+    if not h.requires_grad or any(p.requires_grad for p in head.parameters()):
+        return total + checkpointed_chunks(h, head, t, s, chunk)
+    return total + _GradientInForward.apply(h, head, t, s, chunk)
+
+
+def checkpointed_chunks(h: torch.Tensor, head: nn.Module, t: torch.Tensor, s: torch.Tensor, chunk: int) -> torch.Tensor:
+    """Σ s·CE of positions h (N, H), a chunk's logits recomputed in the
+    backward pass (any head; the frozen head's way is measured against it)."""
+    total = h.new_zeros((), dtype=torch.float64 if h.dtype == torch.float64 else torch.float32)
     for a in range(0, h.shape[0], chunk):
         total = total + checkpoint(_chunk_loss, h[a : a + chunk], head, t[a : a + chunk], s[a : a + chunk], use_reentrant=False)
     return total
+
+
+class _GradientInForward(torch.autograd.Function):
+    """Σ scale·CE over chunks of h through a frozen head, each chunk's
+    gradient with respect to h taken as soon as its loss is known."""
+
+    @staticmethod
+    def forward(ctx: Any, h: torch.Tensor, head: nn.Module, t: torch.Tensor, s: torch.Tensor, chunk: int) -> torch.Tensor:
+        grad = torch.empty_like(h)
+        total = torch.zeros((), dtype=torch.float64 if h.dtype == torch.float64 else torch.float32, device=h.device)
+        for a in range(0, h.shape[0], chunk):
+            hc = h[a : a + chunk].detach().requires_grad_()
+            with torch.enable_grad():
+                loss = _chunk_loss(hc, head, t[a : a + chunk], s[a : a + chunk])
+            (grad[a : a + chunk],) = torch.autograd.grad(loss, hc)
+            total += loss.detach()
+        ctx.save_for_backward(grad)
+        return total
+
+    @staticmethod
+    def backward(ctx: Any, grad_total: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        (grad,) = ctx.saved_tensors
+        return grad * grad_total.to(grad.dtype), None, None, None, None
 
 
 @torch.no_grad()

@@ -169,20 +169,22 @@ def render_reference(tok: Tokenizer, row: dict[str, Any], source: str, think: bo
     ids = list(tok(reference_text(row, think), add_special_tokens=False)["input_ids"])
     start_asst = list(tok("<|im_start|>assistant\n", add_special_tokens=False)["input_ids"])
     start_user = list(tok("<|im_start|>user\n", add_special_tokens=False)["input_ids"])
-    weights = [0.0] * len(ids)
     step_weights = [float(w) for w in row.get("weights") or []]
-    j, k = 0, 0
-    while True:
-        a = _find(ids, start_asst, k)
-        if a < 0:
-            break
+    spans: list[tuple[int, int]] = []
+    k = 0
+    while (a := _find(ids, start_asst, k)) >= 0:
         begin = a + len(start_asst)
         end = _find(ids, start_user, begin)
-        end = len(ids) if end < 0 else end
-        w = step_weights[j] if j < len(step_weights) else 1.0
-        for t in range(begin, end):
-            weights[t] = w
-        j, k = j + 1, end
+        k = end = len(ids) if end < 0 else end
+        spans.append((begin, end))
+    # The reference trains a span it has no weight for with weight 1.0; a
+    # silent default in the loss is refused here instead.
+    if len(spans) != len(step_weights):
+        raise InputError(f"{source} row {row.get('job_id', '')}: {len(step_weights)} step weights for {len(spans)} assistant "
+                         "spans of the reference rendering: every trained reply needs its own weight")
+    weights = [0.0] * len(ids)
+    for (begin, end), w in zip(spans, step_weights):
+        weights[begin:end] = [w] * (end - begin)
     return [Sequence(ids, weights, source, str(row.get("job_id", "")),
                      (int(row.get("first_turn", 0)), int(row.get("last_turn", 0))))]
 

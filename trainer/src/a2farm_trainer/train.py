@@ -25,12 +25,13 @@ import shutil
 import signal
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from . import dataset, packing
+from .config import TrainConfig
 from .errors import InputError, Interrupted
 from .model import WeightedLM, LoraSettings, load_base, load_tokenizer, loss_of, to_device, with_adapter
 from .progress import Progress
@@ -39,81 +40,6 @@ from .shards import Filter
 MANIFEST_NAME = "train_manifest.json"
 MANIFEST_FORMAT = "a2farm-train/1"
 STATE_NAME = "trainer_state.json"
-
-
-@dataclass
-class TrainConfig:
-    """Every value is a flag of a2farm-train and goes into the manifest."""
-
-    shards: list[str]
-    out: str
-    model: str
-    tokenizer: str | None = None
-    init_adapter: str | None = None
-    runs: list[str] = field(default_factory=list)
-    iterations: list[int] = field(default_factory=list)
-    input: str = "auto"
-    render: str = "template"
-    sft: bool = False  # SFT defaults: LR 2e-4, 3 epochs
-    lr: float | None = None
-    epochs: int | None = None
-    weight_decay: float = 0.01
-    warmup_steps: int = 10
-    max_grad_norm: float = 1.0
-    seed: int = 3407
-    lora_r: int = 16
-    lora_alpha: int = 16
-    lora_dropout: float = 0.0
-    lora_targets: list[str] = field(default_factory=lambda: list(LoraSettings().targets))
-    max_length: int = 16384
-    truncate: bool = False
-    token_budget: int = 16384
-    grad_accum: int = 1
-    packing: str = "packed"
-    normalise: str = "tokens"
-    loss_chunk: int = 1024
-    naive_loss: bool = False
-    precision: str = "auto"
-    attn: str = "auto"
-    save_every: int = 0
-    resume: bool = False
-    auto_resume: bool = False
-    overwrite: bool = False
-    progress: bool = True
-
-    def learning_rate(self) -> float:
-        return self.lr if self.lr is not None else (2e-4 if self.sft else 5e-5)
-
-    def num_epochs(self) -> int:
-        return self.epochs if self.epochs is not None else (3 if self.sft else 2)
-
-    def hyperparameters(self) -> dict[str, Any]:
-        h = dataclasses.asdict(self)
-        for k in ("resume", "auto_resume", "overwrite", "progress"):
-            h.pop(k)
-        h["lr"], h["epochs"] = self.learning_rate(), self.num_epochs()
-        return h
-
-    def validate(self) -> None:
-        checks = [
-            (self.token_budget > 0, f"--token-budget {self.token_budget}: must be positive"),
-            (self.max_length > 0, f"--max-length {self.max_length}: must be positive"),
-            (self.grad_accum > 0, f"--grad-accum {self.grad_accum}: must be positive"),
-            (self.learning_rate() > 0, f"--lr {self.learning_rate()}: must be positive"),
-            (self.num_epochs() > 0, f"--epochs {self.num_epochs()}: must be positive"),
-            (self.warmup_steps >= 0, f"--warmup-steps {self.warmup_steps}: must not be negative"),
-            (self.loss_chunk > 0, f"--loss-chunk {self.loss_chunk}: must be positive"),
-            (self.packing in packing.PACKING_MODES, f"--packing {self.packing!r}: expected one of {', '.join(packing.PACKING_MODES)}"),
-            (self.normalise in packing.NORMALISATIONS, f"--normalise {self.normalise!r}: expected one of {', '.join(packing.NORMALISATIONS)}"),
-            (self.precision in ("auto", "bf16", "fp16", "fp32"), f"--precision {self.precision!r}: expected auto, bf16, fp16 or fp32"),
-            (0 <= self.lora_dropout < 1, f"--lora-dropout {self.lora_dropout}: must be in [0, 1)"),
-        ]
-        for ok, msg in checks:
-            if not ok:
-                raise InputError(msg)
-        if self.packing == "packed" and self.token_budget < self.max_length:
-            raise InputError(f"--token-budget {self.token_budget} is below --max-length {self.max_length}: "
-                             "a sequence of the maximum length would fit no micro-batch")
 
 
 def mixed_precision(precision: str) -> str:
@@ -170,9 +96,12 @@ def peak_memory() -> tuple[int, str]:
 
 
 def fingerprint(cfg: TrainConfig, inputs: list[dict[str, Any]]) -> str:
-    """What a checkpoint must agree with to be resumed."""
+    """What a checkpoint must agree with to be resumed. The step size —
+    processes × --grad-accum — is not part of it: a resume re-plans the
+    untrained micro-batches into steps of its own (Position)."""
     h = cfg.hyperparameters()
     h.pop("out")
+    h.pop("grad_accum")
     blob = json.dumps({"h": h, "inputs": [(f["path"], f["sha256"]) for f in inputs]}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()
 
@@ -192,6 +121,103 @@ def read_inputs(cfg: TrainConfig) -> tuple[Any, dataset.Inputs]:
     return tok, data
 
 
+@dataclass
+class Position:
+    """Where a run stands: the epoch, and how many of its micro-batches are
+    trained. An epoch's micro-batches depend on the sequences, --token-budget,
+    --packing and --seed only, never on the process count or --grad-accum, so
+    a run resumed with another step size trains each planned sequence exactly
+    once per epoch all the same."""
+
+    epoch: int = 0
+    micro_batches: int = 0
+
+    def after(self, epoch: int, step: list[list[int]]) -> "Position":
+        """The position once step (a step of epoch) is trained."""
+        trained = sum(1 for members in step if members)  # not the empty fill
+        return Position(epoch, (self.micro_batches if epoch == self.epoch else 0) + trained)
+
+
+def plan_steps(seqs: list[Any], cfg: TrainConfig, per_step: int, start: Position) -> list[tuple[int, list[list[int]]]]:
+    """The optimizer steps left from start, each (epoch, per_step
+    micro-batches): the untrained micro-batches of start's epoch, then every
+    later epoch's. Each epoch's last step is filled with empty micro-batches."""
+    lengths = [len(s) for s in seqs]
+    out: list[tuple[int, list[list[int]]]] = []
+    for epoch in range(start.epoch, cfg.num_epochs()):
+        micro = packing.plan(lengths, cfg.token_budget, cfg.packing, cfg.seed, epoch)
+        if epoch == start.epoch:
+            micro = micro[start.micro_batches:]
+        out += [(epoch, st) for st in packing.steps(micro, per_step)]
+    return out
+
+
+# Engines that keep a shard of the optimizer state per process: their
+# checkpoint loads only into as many processes as saved it.
+SHARDED_ENGINES = ("DEEPSPEED", "FSDP")
+
+
+def check_resumable(state: dict[str, Any], ckpt: str, fp: str, processes: int, engine: str) -> Position:
+    """Where a checkpoint's run stands, or why it cannot be continued here."""
+    if state.get("fingerprint") != fp:
+        raise InputError(f"--resume: the checkpoint in {ckpt} was made with other shards or settings; "
+                         "resume with the same flags, or remove it to start again")
+    if "position" not in state:
+        raise InputError(f"--resume: the checkpoint in {ckpt} does not record where its epoch stands (an older "
+                         "a2farm-train wrote it): resume it with that version, or remove it to start again")
+    saved, saved_engine = int(state["processes"]), str(state["engine"])
+    if saved != processes and (saved_engine in SHARDED_ENGINES or engine in SHARDED_ENGINES):
+        raise InputError(f"--resume: the checkpoint in {ckpt} was saved by {saved} processes under {saved_engine}, "
+                         f"this run has {processes} under {engine}: sharded engines keep one shard of the optimizer "
+                         f"state per process, so resume it with {saved} processes")
+    return Position(**state["position"])
+
+
+@dataclass
+class StepResult:
+    """One optimizer step, summed over every process."""
+
+    loss: float
+    tokens_trained: int
+    tokens_computed: int
+    labelled: int
+    grad_norm: float | None  # before clipping; None when not clipped here
+
+
+def train_step(acc: Any, wrapper: Any, optimizer: Any, cfg: TrainConfig, seqs: list[Any], step: list[list[int]],
+               pad: int) -> StepResult:
+    """One optimizer step: this process's share of the step's micro-batches,
+    their gradient that of Σ w·CE / N over the whole step — N the labelled
+    tokens of every process's micro-batches of this step, so the last step of
+    an epoch, which may hold fewer, is normalised by its own — clipped, and
+    applied."""
+    world = acc.num_processes
+    scale = packing.scales(seqs, step, cfg.normalise)
+    mine = step[acc.process_index * cfg.grad_accum:(acc.process_index + 1) * cfg.grad_accum]
+    loss_sum = torch.zeros((), device=acc.device)
+    counts = torch.zeros(3, device=acc.device, dtype=torch.float64)
+    grad_norm = None
+    for members in mine:
+        mb = to_device(packing.build(seqs, members, cfg.packing, scale, pad), acc.device)
+        with acc.accumulate(wrapper):
+            loss = loss_of(wrapper, mb)
+            # Engines average gradients over ranks and Accelerate divides by
+            # the accumulation steps: undo both, so the gradient is that of
+            # Σ w·CE / N over the whole step.
+            acc.backward(loss * world * cfg.grad_accum)
+            if acc.sync_gradients and cfg.max_grad_norm > 0:
+                # The prepared model's parameters: under FSDP they are the
+                # sharded ones the optimizer steps, not those built before.
+                norm = acc.clip_grad_norm_(wrapper.parameters(), cfg.max_grad_norm)
+                grad_norm = float(norm) if norm is not None else None
+            optimizer.step()
+            optimizer.zero_grad()
+        loss_sum += loss.detach().float()
+        counts += torch.tensor([mb.tokens_trained, mb.tokens_computed, mb.labelled], device=acc.device, dtype=torch.float64)
+    c = acc.reduce(counts, reduction="sum").tolist()
+    return StepResult(acc.reduce(loss_sum, reduction="sum").item(), int(c[0]), int(c[1]), int(c[2]), grad_norm)
+
+
 def train(cfg: TrainConfig) -> dict[str, Any]:
     """Trains an adapter; returns the manifest written beside it."""
     from accelerate import Accelerator
@@ -204,10 +230,10 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     if cfg.auto_resume and not cfg.overwrite:
         # A retried job (a Kubernetes pod started again): a finished
         # adapter stands, a checkpoint is continued, else a fresh start.
-        done = os.path.join(out, MANIFEST_NAME)
-        if os.path.isfile(done):
+        finished = os.path.join(out, MANIFEST_NAME)
+        if os.path.isfile(finished):
             print(f"a2farm-train: {cfg.out} holds a finished adapter (--auto-resume): nothing to train", file=sys.stderr)
-            with open(done, encoding="utf-8") as f:
+            with open(finished, encoding="utf-8") as f:
                 return dict(json.load(f))
         cfg.resume = os.path.isfile(os.path.join(ckpt, STATE_NAME))
     if os.path.exists(out) and not cfg.overwrite:
@@ -233,89 +259,76 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     started = time.monotonic()
 
     tok, data = read_inputs(cfg)
+    if main and (note := data.truncation_note(cfg.max_length)):
+        print(f"a2farm-train: {note}", file=sys.stderr)
     if cfg.packing == "padded" and max(len(s) for s in data.sequences) > cfg.token_budget:
         raise InputError(f"--token-budget {cfg.token_budget} is below the longest sequence ({max(len(s) for s in data.sequences)} tokens)")
     seqs = data.sequences
     world = acc.num_processes
-    per_step = world * cfg.grad_accum
-    schedule: list[tuple[int, list[list[int]]]] = []
-    for epoch in range(cfg.num_epochs()):
-        micro = packing.plan([len(s) for s in seqs], cfg.token_budget, cfg.packing, cfg.seed, epoch)
-        schedule += [(epoch, st) for st in packing.steps(micro, per_step)]
-    total_steps = len(schedule)
+    engine = acc.distributed_type.value
+    fp = fingerprint(cfg, data.files)
+    done, position = 0, Position()
+    history: list[dict[str, Any]] = []
+    state: dict[str, Any] = {}
+    if cfg.resume:
+        with open(os.path.join(ckpt, STATE_NAME), encoding="utf-8") as f:
+            state = json.load(f)
+        position = check_resumable(state, ckpt, fp, world, engine)
+        done, history = int(state["steps_done"]), list(state["history"])
+    schedule = plan_steps(seqs, cfg, world * cfg.grad_accum, position)
+    total_steps = done + len(schedule)
 
     dtype = torch.bfloat16 if mixed_precision(cfg.precision) == "bf16" else torch.float32
     attn = attention(cfg.attn)
     base = load_base(cfg.model, dtype, attn)
     base.config.use_cache = False
+    if cfg.gradient_checkpointing:
+        base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        base.enable_input_require_grads()  # the frozen embeddings' output must carry a gradient through the layers
     lora = LoraSettings(cfg.lora_r, cfg.lora_alpha, cfg.lora_dropout, tuple(cfg.lora_targets))
     model = with_adapter(base, lora, cfg.init_adapter, trainable=True)
     wrapper = WeightedLM(model, cfg.loss_chunk, cfg.naive_loss)
-    params = [p for p in wrapper.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate(), weight_decay=cfg.weight_decay)
+    optimizer = torch.optim.AdamW([p for p in wrapper.parameters() if p.requires_grad], lr=cfg.learning_rate(),
+                                  weight_decay=cfg.weight_decay)
     scheduler = get_linear_schedule_with_warmup(optimizer, cfg.warmup_steps, total_steps)
     wrapper, optimizer = acc.prepare(wrapper, optimizer)
     acc.register_for_checkpointing(scheduler)
-
-    fp = fingerprint(cfg, data.files)
-    done = 0
-    history: list[dict[str, Any]] = []
     if cfg.resume:
-        with open(os.path.join(ckpt, STATE_NAME), encoding="utf-8") as f:
-            state = json.load(f)
-        if state.get("fingerprint") != fp:
-            raise InputError(f"--resume: the checkpoint in {ckpt} was made with other shards or settings; "
-                             "resume with the same flags, or remove it to start again")
         acc.load_state(ckpt)
-        done, history = int(state["steps_done"]), list(state["history"])
+        if main and (int(state["processes"]), int(state["grad_accum"])) != (world, cfg.grad_accum):
+            print(f"a2farm-train: resuming a run of {state['processes']} processes × {state['grad_accum']} micro-batches "
+                  f"as {world} × {cfg.grad_accum}: epoch {position.epoch}'s {len(schedule)} remaining steps re-planned "
+                  "from its untrained micro-batches", file=sys.stderr)
 
     pad = tok.pad_token_id if tok.pad_token_id is not None else 0
     progress = Progress("train", total_steps, done=done, enabled=cfg.progress and main)
-    tokens_trained = tokens_computed = labelled_total = 0
-    for h in history:
-        tokens_trained += h["tokens_trained"]
-        tokens_computed += h["tokens_computed"]
-        labelled_total += h["labelled"]
+    tokens_trained = sum(h["tokens_trained"] for h in history)
+    tokens_computed = sum(h["tokens_computed"] for h in history)
+    labelled_total = sum(h["labelled"] for h in history)
     run_seconds = sum(h["seconds"] for h in history)
     wrapper.train()
     with Stopper() as stop:
-        for k in range(done, total_steps):
-            epoch, step = schedule[k]
+        for k, (epoch, step) in enumerate(schedule, start=done):
             t0 = time.monotonic()
-            scale = packing.scales(seqs, step, cfg.normalise)
-            mine = step[acc.process_index * cfg.grad_accum:(acc.process_index + 1) * cfg.grad_accum]
-            loss_sum = torch.zeros((), device=acc.device)
-            counts = torch.zeros(3, device=acc.device, dtype=torch.float64)
-            for members in mine:
-                mb = to_device(packing.build(seqs, members, cfg.packing, scale, pad), acc.device)
-                with acc.accumulate(wrapper):
-                    loss = loss_of(wrapper, mb)
-                    # Engines average gradients over ranks and Accelerate
-                    # divides by the accumulation steps: undo both, so the
-                    # gradient is that of Σ w·CE / N over the whole step.
-                    acc.backward(loss * world * cfg.grad_accum)
-                    if acc.sync_gradients and cfg.max_grad_norm > 0:
-                        acc.clip_grad_norm_(params, cfg.max_grad_norm)
-                    optimizer.step()
-                    optimizer.zero_grad()
-                loss_sum += loss.detach().float()
-                counts += torch.tensor([mb.tokens_trained, mb.tokens_computed, mb.labelled], device=acc.device, dtype=torch.float64)
+            r = train_step(acc, wrapper, optimizer, cfg, seqs, step, pad)
             scheduler.step()
-            loss_all = acc.reduce(loss_sum, reduction="sum").item()
-            c = acc.reduce(counts, reduction="sum").tolist()
+            position = position.after(epoch, step)
             seconds = time.monotonic() - t0
-            rec = {"step": k + 1, "epoch": epoch, "loss": loss_all, "lr": scheduler.get_last_lr()[0],
-                   "tokens_trained": int(c[0]), "tokens_computed": int(c[1]), "labelled": int(c[2]), "seconds": seconds}
+            rec = {"step": k + 1, "epoch": epoch, "loss": r.loss, "lr": scheduler.get_last_lr()[0],
+                   "grad_norm": r.grad_norm, "tokens_trained": r.tokens_trained, "tokens_computed": r.tokens_computed,
+                   "labelled": r.labelled, "seconds": seconds}
             history.append(rec)
-            tokens_trained += int(c[0])
-            tokens_computed += int(c[1])
-            labelled_total += int(c[2])
+            tokens_trained += r.tokens_trained
+            tokens_computed += r.tokens_computed
+            labelled_total += r.labelled
             run_seconds += seconds
-            progress.update(1, int(c[0]), loss_all)
+            progress.update(1, r.tokens_trained, r.loss)
             stop_now = acc.reduce(torch.tensor(float(stop.requested), device=acc.device), reduction="sum").item() > 0
             last = k + 1 == total_steps
             if not last and (stop_now or (cfg.save_every and (k + 1) % cfg.save_every == 0)):
-                save_checkpoint(acc, ckpt, fp, k + 1, history)
+                save_checkpoint(acc, ckpt, {"fingerprint": fp, "steps_done": k + 1, "history": history,
+                                            "position": dataclasses.asdict(position), "processes": world,
+                                            "grad_accum": cfg.grad_accum, "engine": engine})
                 if stop_now:
                     progress.finish()
                     raise Interrupted(ckpt)
@@ -335,6 +348,8 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
         "sft_sets": data.sft_sets,
         "sequences": len(seqs),
         "truncated": data.truncated,
+        "truncated_tokens": data.truncated_tokens,
+        "truncated_labelled_tokens": data.truncated_labelled,
         "hyperparameters": cfg.hyperparameters(),
         "lora": lora_used,
         "engine": {"processes": world, "distributed": acc.distributed_type.value, "mixed_precision": acc.mixed_precision,
@@ -354,6 +369,10 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     if main and os.path.exists(ckpt):
         shutil.rmtree(ckpt)
     acc.wait_for_everyone()
+    if main and history:
+        print(f"trained {len(history)} steps on {len(seqs)} sequences: loss {history[0]['loss']:.4f} -> "
+              f"{history[-1]['loss']:.4f}, {manifest['tokens_per_second']:,.0f} tok/s, tokens trained/computed "
+              f"{manifest['tokens']['trained_over_computed']:.2f}; adapter in {cfg.out}", file=sys.stderr)
     return manifest
 
 
@@ -392,9 +411,11 @@ def versions() -> dict[str, str]:
             "accelerate": accelerate.__version__, "python": sys.version.split()[0]}
 
 
-def save_checkpoint(acc: Any, ckpt: str, fp: str, steps_done: int, history: list[dict[str, Any]]) -> None:
+def save_checkpoint(acc: Any, ckpt: str, state: dict[str, Any]) -> None:
     """Engine state (model, optimizer, scheduler, random generators) and where
-    training stands; written to a new folder and renamed over the old one."""
+    training stands (state: the plan's fingerprint, steps, position, and the
+    processes and accumulation it was taken with); written to a new folder
+    and renamed over the old one."""
     tmp = ckpt + ".tmp"
     if acc.is_main_process and os.path.exists(tmp):
         shutil.rmtree(tmp)
@@ -402,7 +423,7 @@ def save_checkpoint(acc: Any, ckpt: str, fp: str, steps_done: int, history: list
     acc.save_state(tmp)
     if acc.is_main_process:
         with open(os.path.join(tmp, STATE_NAME), "w", encoding="utf-8") as f:
-            json.dump({"fingerprint": fp, "steps_done": steps_done, "history": history}, f)
+            json.dump(state, f)
         if os.path.exists(ckpt):
             shutil.rmtree(ckpt)
         os.replace(tmp, ckpt)
