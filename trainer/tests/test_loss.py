@@ -33,7 +33,7 @@ def hand_loss(model, seqs: list[Sequence]) -> float:
     total, labelled = 0.0, 0
     with torch.no_grad():
         for s in seqs:
-            logits = model(input_ids=torch.tensor([s.input_ids])).logits[0].double()
+            logits = model(input_ids=torch.tensor(s.input_ids[None], dtype=torch.long)).logits[0].double()
             for t in range(1, len(s)):
                 w = s.weights[t]
                 if w == 0:
@@ -212,8 +212,8 @@ def test_an_epochs_gradient_normalises_each_step_by_its_own_labelled_tokens(lm) 
         n_step = sum(seqs[i].labelled() for i in members)
         for i in members:
             q = seqs[i]
-            logits = lm(input_ids=torch.tensor([q.input_ids])).logits[0, :-1].double()
-            ce = torch.nn.functional.cross_entropy(logits, torch.tensor(q.input_ids[1:]), reduction="none")
+            logits = lm(input_ids=torch.tensor(q.input_ids[None], dtype=torch.long)).logits[0, :-1].double()
+            ce = torch.nn.functional.cross_entropy(logits, torch.tensor(q.input_ids[1:], dtype=torch.long), reduction="none")
             total = total + (ce * torch.tensor(q.weights[1:], dtype=torch.float64)).sum() / n_step
     total.backward()
     for n, p in trainable.items():

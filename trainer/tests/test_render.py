@@ -33,7 +33,7 @@ def test_template_rendering_matches_the_servers_token_ids(served_run: Path, toke
     assert len(rendered) > merged, "every sequence merged: the test no longer covers a re-rendered history"
     for key, q in rendered.items():
         t = tokens[key]
-        assert q.input_ids == list(t["input_ids"]), key
+        assert q.input_ids.tolist() == list(t["input_ids"]), key
         assert [round(w, 5) for w in q.weights] == [round(w, 5) for w in t["loss_weights"]], key
 
 

@@ -171,6 +171,44 @@ def test_gradient_checkpointing_trains_what_it_trains_without(tiny_model: str, t
         torch.testing.assert_close(a[k], b[k], atol=1e-5, rtol=1e-4, msg=k)
 
 
+def test_a_run_is_watched_in_tensorboard(tiny_model: str, token_shards: Path, tmp_path: Path) -> None:
+    """--report-to tensorboard: every step's loss, learning rate, gradient
+    norm, labelled tokens, tokens/s and weights, read back from the event
+    files with TensorBoard's own reader, equal the manifest's records."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    out = tmp_path / "it1"
+    assert train(tiny_model, token_shards, out, "--epochs", "1", "--report-to", "tensorboard") == 0
+    steps = json.loads((out / "train_manifest.json").read_text())["steps"]
+    logs = tmp_path / "it1.logs" / "it1"
+    ev = EventAccumulator(str(logs))
+    ev.Reload()
+    got = {tag: [(e.step, e.value) for e in ev.Scalars(tag)] for tag in ev.Tags()["scalars"]}
+    for tag, key in (("train/loss", "loss"), ("train/learning_rate", "lr"), ("train/grad_norm", "grad_norm"),
+                     ("train/labelled_tokens", "labelled"), ("train/weight_mean", "weight_mean"),
+                     ("train/weight_max", "weight_max")):
+        assert [s for s, _ in got[tag]] == [st["step"] for st in steps], tag
+        assert [v for _, v in got[tag]] == pytest.approx([st[key] for st in steps], rel=1e-6), tag
+    assert [v for _, v in got["train/tokens_per_second"]] == pytest.approx(
+        [st["tokens_trained"] / st["seconds"] for st in steps], rel=1e-6)
+    assert all(st["grad_norm"] > 0 and 0 < st["weight_mean"] <= st["weight_max"] for st in steps)
+
+
+def test_a_tracker_that_is_not_installed_is_refused(tiny_model: str, token_shards: Path, tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """Accelerate drops a tracker whose package is missing with a debug line:
+    a week-long run would go unwatched without a word."""
+    import importlib.util
+
+    missing = next((t for t in ("wandb", "mlflow", "trackio") if importlib.util.find_spec(t) is None), None)
+    if missing is None:
+        pytest.skip("every tracker is installed here")
+    assert train(tiny_model, token_shards, tmp_path / "a", "--report-to", missing) == 2
+    err = capsys.readouterr().err
+    assert f"--report-to {missing}: the {missing} package is not installed" in err
+    assert not (tmp_path / "a").exists()
+
+
 def test_padded_batches_compute_more_tokens_than_packed(tiny_model: str, token_shards: Path, tmp_path: Path) -> None:
     ratios = {}
     for mode in ("packed", "padded"):
@@ -390,7 +428,7 @@ def test_truncate_keeps_the_labelled_tail(tiny_model: str, token_shards: Path, t
     assert long, "no sequence over the limit: the test checks nothing"
     for i, (w, c) in enumerate(zip(whole, cut.sequences)):
         keep = slice(-limit, None) if i in long else slice(None)
-        assert (c.input_ids, c.weights) == (w.input_ids[keep], w.weights[keep])
+        assert c.input_ids.tolist() == w.input_ids[keep].tolist() and c.weights.tolist() == w.weights[keep].tolist()
     assert cut.truncated == len(long)
     assert cut.truncated_tokens == sum(len(whole[i]) - limit for i in long)
     assert cut.truncated_labelled == sum(whole[i].labelled() - cut.sequences[i].labelled() for i in long)

@@ -8,6 +8,9 @@
       loss (151,936-token vocabulary, up to 16,384 tokens, a frozen output
       layer as under LoRA), each in its own process, their loss and gradients
       compared with the naive one's.
+  python -m a2farm_trainer.bench eval-memory --shards DIR --tokenizer DIR
+      peak RSS of --eval-only on 2 M tokens of token shards (DIR's rows
+      repeated).
   python -m a2farm_trainer.bench gpu [--shape 1.7b|4b] [--seconds 240]
       one GPU: a randomly initialised model of a 1.7B or 4B policy's shape,
       LoRA, synthetic rollout-like sequences, packed vs padded: tokens/s and
@@ -121,6 +124,57 @@ def loss_memory(a: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+def scaled_token_shards(src: str, dst: str, tokens: int) -> int:
+    """A copy of the token shards of one shard set (src), their rows repeated
+    until they hold at least tokens ids, as one shard set the trainer reads
+    (manifest rows and sha256 updated); returns the ids it holds."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from .shards import MANIFEST, file_sha256, find_shard_sets
+
+    (s,) = [x for x in find_shard_sets([src]) if x.token_files]
+    table = pa.concat_tables([pq.read_table(f.path) for f in s.token_files])
+    per_copy = pc.sum(pc.list_value_length(table.column("input_ids"))).as_py()
+    copies = -(-tokens // per_copy)
+    os.makedirs(dst, exist_ok=True)
+    name = "tokens-00000.parquet"
+    pq.write_table(pa.concat_tables([table] * copies), os.path.join(dst, name))
+    manifest = dict(s.manifest, files=[], token_rows=table.num_rows * copies,
+                    token_files=[{"name": name, "rows": table.num_rows * copies, "sha256": file_sha256(os.path.join(dst, name))}])
+    with open(os.path.join(dst, MANIFEST), "w", encoding="utf-8") as f:
+        json.dump(manifest, f)
+    return per_copy * copies
+
+
+def eval_memory(a: argparse.Namespace) -> dict[str, Any]:
+    """Peak RSS of ``a2farm-train --eval-only`` on a.tokens ids of token
+    shards (a.shards' rows repeated), a model of the Qwen3 vocabulary with a
+    tiny hidden size (the inputs, not the model, are what is measured)."""
+    from transformers import AutoTokenizer, Qwen3Config, Qwen3ForCausalLM
+
+    with tempfile.TemporaryDirectory() as tmp:
+        n = scaled_token_shards(a.shards, os.path.join(tmp, "shards"), a.tokens)
+        model = os.path.join(tmp, "model")
+        torch.manual_seed(0)
+        Qwen3ForCausalLM(Qwen3Config(vocab_size=VOCAB, hidden_size=8, intermediate_size=16, num_hidden_layers=1,
+                                     num_attention_heads=2, num_key_value_heads=1, head_dim=4,
+                                     max_position_embeddings=32768, tie_word_embeddings=False)).save_pretrained(model)
+        AutoTokenizer.from_pretrained(a.tokenizer).save_pretrained(model)
+        cmd = [sys.executable, "-m", "a2farm_trainer", "--eval-only", "--model", model, "--no-progress",
+               "--input", "tokens", "--out", os.path.join(tmp, "eval.json"), os.path.join(tmp, "shards")]
+        t0 = time.monotonic()
+        p = subprocess.run(cmd, capture_output=True, text=True)
+        seconds = time.monotonic() - t0
+        if p.returncode != 0:
+            raise SystemExit(f"eval-memory: {p.stderr.strip().splitlines()[-1]}")
+        with open(os.path.join(tmp, "eval.json"), encoding="utf-8") as f:
+            result = json.load(f)
+    return {"tokens": n, "labelled_tokens": result["overall"]["labelled_tokens"], "loss": result["overall"]["loss"],
+            "seconds": seconds, "peak_rss_bytes": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024}
+
+
 SHAPES = {
     # Qwen3-1.7B and Qwen3-4B as their configs give them.
     "1.7b": dict(hidden_size=2048, intermediate_size=6144, num_hidden_layers=28, num_attention_heads=16,
@@ -202,6 +256,10 @@ def main(argv: list[str] | None = None) -> None:
     lm.add_argument("--tokens", type=int, nargs="+", default=[2048, 8192, 16384])
     lm.add_argument("--hidden", type=int, default=64)
     lm.add_argument("--limit-gib", type=float, default=20.0)
+    em = sub.add_parser("eval-memory")
+    em.add_argument("--shards", required=True, help="a shard set with token shards (a served run's replay)")
+    em.add_argument("--tokenizer", required=True)
+    em.add_argument("--tokens", type=int, default=2_000_000)
     g = sub.add_parser("gpu")
     g.add_argument("--shape", choices=sorted(SHAPES), default="1.7b")
     g.add_argument("--sequences", type=int, default=48)
@@ -221,7 +279,7 @@ def main(argv: list[str] | None = None) -> None:
     from .cli import quiet_libraries
 
     quiet_libraries()
-    result = {"throughput": throughput, "loss-memory": loss_memory, "gpu": gpu}[a.what](a)
+    result = {"throughput": throughput, "loss-memory": loss_memory, "eval-memory": eval_memory, "gpu": gpu}[a.what](a)
     print(json.dumps(result, indent=1))
 
 

@@ -17,6 +17,7 @@ from .packing import NORMALISATIONS, PACKING_MODES
 from .render import RENDER_MODES
 
 PRECISIONS = ("auto", "bf16", "fp16", "fp32")
+TRACKERS = ("none", "tensorboard", "wandb", "mlflow", "trackio")
 
 
 def flag(default: Any, help: str, **argparse_options: Any) -> Any:
@@ -79,16 +80,23 @@ class TrainConfig:
                                     "a finished --out as it is (exit 0)")
     overwrite: bool = flag(False, "replace an existing --out")
     progress: bool = flag(True, "no progress line", name="--no-progress")
+    report_to: str = flag("none", "experiment tracker of every step's loss, learning rate, gradient norm, labelled "
+                                  "tokens, tokens/s and weights (through Accelerate; offline modes need no network)",
+                          choices=TRACKERS)
+    logging_dir: str | None = flag(None, "where the tracker writes (default <out>.logs)", type=str)
 
     # How a run is carried out, not what it trains: left out of the manifest's
     # hyperparameters (and of a checkpoint's fingerprint).
-    OPERATIONAL: ClassVar[tuple[str, ...]] = ("resume", "auto_resume", "overwrite", "progress")
+    OPERATIONAL: ClassVar[tuple[str, ...]] = ("resume", "auto_resume", "overwrite", "progress", "report_to", "logging_dir")
 
     def learning_rate(self) -> float:
         return self.lr if self.lr is not None else (2e-4 if self.sft else 5e-5)
 
     def num_epochs(self) -> int:
         return self.epochs if self.epochs is not None else (3 if self.sft else 2)
+
+    def tracking_dir(self) -> str:
+        return self.logging_dir or self.out.rstrip("/") + ".logs"
 
     def hyperparameters(self) -> dict[str, Any]:
         h = dataclasses.asdict(self)

@@ -80,15 +80,14 @@ def load(paths: list[str], flt: Filter, tokenizer: Tokenizer | None, *, max_leng
             # and with it the first token left, which nothing predicts.
             cut = len(s) - max_length
             before = s.labelled()
-            del s.input_ids[:cut]
-            del s.weights[:cut]
+            s.cut_start(cut)
             out.truncated += 1
             out.truncated_tokens += cut
             out.truncated_labelled += before - s.labelled()
         if vocab_size is not None:
-            bad = next((t for t in s.input_ids if t < 0 or t >= vocab_size), None)
-            if bad is not None:
-                raise InputError(f"{where}: token id {bad} is outside the model's vocabulary of {vocab_size}")
+            outside = (s.input_ids < 0) | (s.input_ids >= vocab_size)
+            if outside.any():
+                raise InputError(f"{where}: token id {s.input_ids[outside][0]} is outside the model's vocabulary of {vocab_size}")
     if sum(s.labelled() for s in out.sequences) == 0:
         raise InputError(f"no token of {', '.join(paths)} carries a loss weight{filtered}")
     return out

@@ -22,6 +22,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from .shards import Sequence
@@ -109,26 +110,16 @@ def build(seqs: list[Sequence], members: list[int], mode: str, scale: dict[int, 
         f = torch.zeros((1, 1), dtype=torch.float32)
         return MicroBatch(z + pad_id, z, None, f, f.clone(), z - 1, 0, 1, 0)
     if mode == "packed":
-        ids: list[int] = []
-        pos: list[int] = []
-        w: list[float] = []
-        s: list[float] = []
-        who: list[int] = []
-        for i in members:
-            q = seqs[i]
-            ids += q.input_ids
-            pos += range(len(q))
-            # weight of token t is on predicting it; the first token of a
-            # sequence is never predicted (the token before it is another
-            # sequence's), hence 0.
-            w += [0.0] + q.weights[1:]
-            s += [0.0] + [x * scale[i] for x in q.weights[1:]]
-            who += [i] * len(q)
+        parts = [seqs[i] for i in members]
+        ids = np.concatenate([q.input_ids for q in parts])
+        pos = np.concatenate([np.arange(len(q)) for q in parts])
+        w = np.concatenate([_trained(q.weights) for q in parts])
+        s = np.concatenate([_trained(q.weights) * scale[i] for i, q in zip(members, parts)])
+        who = np.repeat(np.asarray(members), [len(q) for q in parts])
         n = len(ids)
-        ids_t = torch.tensor([ids], dtype=torch.long)
-        return MicroBatch(ids_t, torch.tensor([pos], dtype=torch.long), None,
-                          _shift(torch.tensor([w], dtype=torch.float32)), _shift(torch.tensor([s], dtype=torch.float32)),
-                          torch.tensor([who], dtype=torch.long), n, n, sum(seqs[i].labelled() for i in members))
+        return MicroBatch(torch.from_numpy(ids).long()[None], torch.from_numpy(pos).long()[None], None,
+                          _shift(torch.from_numpy(w).float()[None]), _shift(torch.from_numpy(s).float()[None]),
+                          torch.from_numpy(who).long()[None], n, n, sum(q.labelled() for q in parts))
     longest = max(len(seqs[i]) for i in members)
     rows = len(members)
     ids_t = torch.full((rows, longest), pad_id, dtype=torch.long)
@@ -139,15 +130,24 @@ def build(seqs: list[Sequence], members: list[int], mode: str, scale: dict[int, 
     for r, i in enumerate(members):
         q = seqs[i]
         n = len(q)
-        ids_t[r, :n] = torch.tensor(q.input_ids, dtype=torch.long)
+        ids_t[r, :n] = torch.from_numpy(q.input_ids)
         mask[r, :n] = 1
-        w_t[r, 1:n] = torch.tensor(q.weights[1:], dtype=torch.float32)
-        s_t[r, 1:n] = torch.tensor(q.weights[1:], dtype=torch.float32) * scale[i]
+        w_t[r, :n] = torch.from_numpy(_trained(q.weights)).float()
+        s_t[r, :n] = torch.from_numpy(_trained(q.weights) * scale[i]).float()
         who_t[r, :n] = i
     pos = torch.arange(longest, dtype=torch.long).unsqueeze(0).expand(rows, -1).contiguous()
     trained = sum(len(seqs[i]) for i in members)
     return MicroBatch(ids_t, pos, mask, _shift(w_t), _shift(s_t), who_t, trained, rows * longest,
                       sum(seqs[i].labelled() for i in members))
+
+
+def _trained(weights: np.ndarray) -> np.ndarray:
+    """A sequence's weights in float64 with the first set to 0: nothing
+    predicts a sequence's first token (in a packed row, the token before it
+    is another sequence's)."""
+    w = weights.astype(np.float64)
+    w[:1] = 0.0
+    return w
 
 
 def _shift(t: torch.Tensor) -> torch.Tensor:

@@ -103,8 +103,8 @@ def render_template(tok: Tokenizer, row: dict[str, Any], source: str) -> list[Se
     tools = template_tools(row.get("tools"))
     eos = tok.eos_token or ""
     where = f"{source} ({row.get('job_id', '')})"
-    seqs: list[Sequence] = []
-    cur: Sequence | None = None
+    # Each sequence as lists while replies join it: (ids, weights, first turn, last turn).
+    built: list[tuple[list[int], list[float], int, int]] = []
     for i, w, turn in trained_replies(row):
         try:
             prompt = tok.apply_chat_template(msgs[:i], tools=tools, add_generation_prompt=True, tokenize=False)
@@ -119,16 +119,13 @@ def render_template(tok: Tokenizer, row: dict[str, Any], source: str) -> list[Se
             completion = completion[: completion.rindex(eos) + len(eos)]
         p_ids = list(tok(prompt, add_special_tokens=False)["input_ids"])
         c_ids = list(tok(completion, add_special_tokens=False)["input_ids"])
-        if cur is not None and p_ids[: len(cur.input_ids)] == cur.input_ids:
-            new = p_ids[len(cur.input_ids):]
-            cur.input_ids += new + c_ids
-            cur.weights += [0.0] * len(new) + [w] * len(c_ids)
-            cur.turns = (cur.turns[0], turn)
+        if built and p_ids[: len(built[-1][0])] == built[-1][0]:
+            ids, weights, first, _ = built[-1]
+            new = p_ids[len(ids):]
+            built[-1] = (ids + new + c_ids, weights + [0.0] * len(new) + [w] * len(c_ids), first, turn)
         else:
-            cur = Sequence(p_ids + c_ids, [0.0] * len(p_ids) + [w] * len(c_ids), source, str(row.get("job_id", "")),
-                           (turn, turn))
-            seqs.append(cur)
-    return seqs
+            built.append((p_ids + c_ids, [0.0] * len(p_ids) + [w] * len(c_ids), turn, turn))
+    return [Sequence(ids, weights, source, str(row.get("job_id", "")), (first, last)) for ids, weights, first, last in built]
 
 
 def reference_text(row: dict[str, Any], think: bool) -> str:

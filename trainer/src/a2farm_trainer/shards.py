@@ -17,9 +17,12 @@ import hashlib
 import json
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Iterator
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .errors import InputError
@@ -170,8 +173,9 @@ class Filter:
         return (not self.runs or run in self.runs) and (not self.iterations or iteration in self.iterations)
 
 
-def read_rows(sf: ShardFile, flt: Filter) -> list[dict[str, Any]]:
-    """The rows of one file that pass the filter, as Python dicts."""
+def read_table(sf: ShardFile, flt: Filter) -> pa.Table:
+    """The rows of one file that pass the filter, checked against its
+    manifest entry (kind, row count)."""
     try:
         table = pq.read_table(sf.path)
     except Exception as e:  # pyarrow raises several types for a torn file
@@ -183,21 +187,42 @@ def read_rows(sf: ShardFile, flt: Filter) -> list[dict[str, Any]]:
         raise InputError(f"{sf.path}: holds {kind} rows, its manifest lists it among the {sf.kind} files")
     if table.num_rows != sf.rows:
         raise InputError(f"{sf.path}: {table.num_rows} rows, its manifest says {sf.rows}")
-    rows = table.to_pylist()
-    return [r for r in rows if flt.keep(str(r.get("run_id", "")), int(r.get("iteration", 0)))]
+    keep = None
+    if flt.runs:
+        keep = pc.is_in(_column(table, "run_id", pa.string(), ""), value_set=pa.array(flt.runs, pa.string()))
+    if flt.iterations:
+        it = pc.is_in(_column(table, "iteration", pa.int64(), 0), value_set=pa.array(flt.iterations, pa.int64()))
+        keep = it if keep is None else pc.and_(keep, it)
+    return table if keep is None else table.filter(keep)
 
 
-@dataclass
+def _column(table: pa.Table, name: str, kind: pa.DataType, missing: Any) -> pa.ChunkedArray:
+    if name in table.column_names:
+        return table.column(name).cast(kind)
+    return pa.chunked_array([pa.array([missing] * table.num_rows, kind)])
+
+
+def read_rows(sf: ShardFile, flt: Filter) -> list[dict[str, Any]]:
+    """The rows of one file that pass the filter, as Python dicts."""
+    return read_table(sf, flt).to_pylist()
+
+
 class Sequence:
     """One training sequence: token ids and each id's loss weight, the weight
-    of predicting that id from the ones before it (0: not trained)."""
+    of predicting that id from the ones before it (0: not trained). Both are
+    NumPy arrays (int32 ids, float32 weights, as the shards hold them): on
+    every process a token costs 8 bytes, not two Python objects."""
 
-    input_ids: list[int]
-    weights: list[float]
-    source: str  # the shard file it came from
-    job_id: str = ""
-    turns: tuple[int, int] = (0, 0)
-    meta: dict[str, Any] = field(default_factory=dict)
+    __slots__ = ("input_ids", "weights", "source", "job_id", "turns", "meta")
+
+    def __init__(self, input_ids: Any, weights: Any, source: str, job_id: str = "", turns: tuple[int, int] = (0, 0),
+                 meta: dict[str, Any] | None = None) -> None:
+        self.input_ids: np.ndarray = np.asarray(input_ids, dtype=np.int32)
+        self.weights: np.ndarray = np.asarray(weights, dtype=np.float32)
+        self.source = source  # the shard file it came from
+        self.job_id = job_id
+        self.turns = turns
+        self.meta = meta or {}
 
     def __len__(self) -> int:
         return len(self.input_ids)
@@ -205,26 +230,46 @@ class Sequence:
     def labelled(self) -> int:
         """Tokens that carry a loss: weight above 0, the first id excluded
         (nothing predicts it)."""
-        return sum(1 for w in self.weights[1:] if w > 0)
+        return int(np.count_nonzero(self.weights[1:] > 0))
+
+    def cut_start(self, n: int) -> None:
+        """Drops the first n tokens."""
+        self.input_ids, self.weights = self.input_ids[n:], self.weights[n:]
 
 
 def token_sequences(sf: ShardFile, flt: Filter) -> list[Sequence]:
     """The token rows of a file, checked: one weight per id, no negative or
-    NaN weight."""
-    out = []
-    for i, r in enumerate(read_rows(sf, flt)):
-        ids, ws = r.get("input_ids") or [], r.get("loss_weights") or []
-        where = f"{sf.path} row {i} ({r.get('job_id', '')})"
-        if len(ids) != len(ws):
-            raise InputError(f"{where}: {len(ws)} loss_weights for {len(ids)} input_ids")
-        check_weights(ws, where)
-        out.append(Sequence(list(ids), [float(w) for w in ws], sf.path, str(r.get("job_id", "")),
-                            (int(r.get("first_turn", 0)), int(r.get("last_turn", 0)))))
-    return out
+    NaN weight. Each sequence's arrays are views of the file's one buffer of
+    ids and one of weights, read from Parquet without a Python object per id."""
+    table = read_table(sf, flt)
+    ids_col = table.column("input_ids").combine_chunks()
+    w_col = table.column("loss_weights").combine_chunks()
+    n_ids = pc.list_value_length(ids_col).to_numpy(zero_copy_only=False)
+    n_w = pc.list_value_length(w_col).to_numpy(zero_copy_only=False)
+    jobs = _column(table, "job_id", pa.string(), "").to_pylist()
+    firsts = _column(table, "first_turn", pa.int64(), 0).to_numpy()
+    lasts = _column(table, "last_turn", pa.int64(), 0).to_numpy()
+    for i in np.flatnonzero(n_ids != n_w)[:1]:
+        raise InputError(f"{sf.path} row {i} ({jobs[i]}): {n_w[i]} loss_weights for {n_ids[i]} input_ids")
+    # Copies the Parquet table's buffers once (the table goes when this
+    # returns): torch takes writable arrays only.
+    ids = np.array(ids_col.flatten().to_numpy(zero_copy_only=False), dtype=np.int32)
+    ws = np.array(w_col.flatten().to_numpy(zero_copy_only=False), dtype=np.float32)
+    ends = np.cumsum(n_ids)
+    starts = ends - n_ids
+    bad = ~np.isfinite(ws) | (ws < 0)
+    if bad.any():
+        k = int(np.flatnonzero(bad)[0])
+        row = int(np.searchsorted(ends, k, side="right"))
+        check_weights([float(ws[k])], f"{sf.path} row {row} ({jobs[row]})", first=k - int(starts[row]))
+    return [Sequence(ids[a:z], ws[a:z], sf.path, str(jobs[r]), (int(firsts[r]), int(lasts[r])))
+            for r, (a, z) in enumerate(zip(starts.tolist(), ends.tolist()))]
 
 
-def check_weights(ws: list[float], where: str) -> None:
-    for j, w in enumerate(ws):
+def check_weights(ws: list[float], where: str, first: int = 0) -> None:
+    """Refuses a NaN, negative or infinite weight (first: the index of ws[0]
+    in its row, for the message)."""
+    for j, w in enumerate(ws, start=first):
         if w is None or math.isnan(w):
             raise InputError(f"{where}: weight {j} is NaN")
         if w < 0:

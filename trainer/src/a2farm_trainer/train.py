@@ -15,6 +15,7 @@ memory). The adapter is written beside ``--out`` and renamed into place, so
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import hashlib
@@ -26,8 +27,9 @@ import signal
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterator
 
+import numpy as np
 import torch
 
 from . import dataset, packing
@@ -218,6 +220,57 @@ def train_step(acc: Any, wrapper: Any, optimizer: Any, cfg: TrainConfig, seqs: l
     return StepResult(acc.reduce(loss_sum, reduction="sum").item(), int(c[0]), int(c[1]), int(c[2]), grad_norm)
 
 
+def tracker_options(cfg: TrainConfig) -> dict[str, Any]:
+    """Accelerator arguments for --report-to. Accelerate drops a tracker
+    whose package is missing with a debug line; here that is an error."""
+    if cfg.report_to == "none":
+        return {}
+    from accelerate.tracking import get_available_trackers
+
+    if cfg.report_to not in [str(t) for t in get_available_trackers()]:
+        raise InputError(f"--report-to {cfg.report_to}: the {cfg.report_to} package is not installed here "
+                         f"(pip install {cfg.report_to})")
+    return {"log_with": cfg.report_to, "project_dir": cfg.tracking_dir()}
+
+
+def tracker_config(cfg: TrainConfig) -> dict[str, Any]:
+    """The hyperparameters as trackers store them: numbers and strings."""
+    out: dict[str, Any] = {}
+    for k, v in cfg.hyperparameters().items():
+        out[k] = ",".join(map(str, v)) if isinstance(v, list) else ("" if v is None else v)
+    return out
+
+
+# What each step sends the tracker, from its record in the manifest.
+TRACKED = {"loss": "train/loss", "lr": "train/learning_rate", "grad_norm": "train/grad_norm",
+           "labelled": "train/labelled_tokens", "weight_mean": "train/weight_mean", "weight_max": "train/weight_max"}
+
+
+def tracked(rec: dict[str, Any]) -> dict[str, float]:
+    values = {name: float(rec[k]) for k, name in TRACKED.items() if rec.get(k) is not None}
+    values["train/tokens_per_second"] = rec["tokens_trained"] / rec["seconds"] if rec["seconds"] else 0.0
+    return values
+
+
+@contextlib.contextmanager
+def tracking(acc: Any, cfg: TrainConfig) -> Iterator[None]:
+    """Flushes and closes the trackers however training ends (Ctrl-C too)."""
+    try:
+        yield
+    finally:
+        if cfg.report_to != "none":
+            acc.end_training()
+
+
+def step_weights(seqs: list[Any], step: list[list[int]]) -> tuple[float, float]:
+    """The mean and the largest weight of the step's labelled tokens."""
+    ws = np.concatenate([seqs[i].weights[1:] for members in step for i in members] or [np.zeros(0, np.float32)])
+    labelled = ws[ws > 0]
+    if not len(labelled):
+        return 0.0, 0.0
+    return float(labelled.astype(np.float64).mean()), float(labelled.max())
+
+
 def train(cfg: TrainConfig) -> dict[str, Any]:
     """Trains an adapter; returns the manifest written beside it."""
     from accelerate import Accelerator
@@ -244,7 +297,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
         raise InputError(f"{ckpt} holds a checkpoint of an interrupted run: pass --resume to continue it, or remove it")
 
     acc = Accelerator(mixed_precision=mixed_precision(cfg.precision), gradient_accumulation_steps=cfg.grad_accum,
-                      **engine_options())
+                      **engine_options(), **tracker_options(cfg))
     main = acc.is_main_process
     if acc.num_processes > 1 and acc.distributed_type == DistributedType.NO:
         raise InputError(f"{acc.num_processes} processes but no engine to join them (Accelerate chose none): "
@@ -300,6 +353,8 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
                   f"as {world} × {cfg.grad_accum}: epoch {position.epoch}'s {len(schedule)} remaining steps re-planned "
                   "from its untrained micro-batches", file=sys.stderr)
 
+    if cfg.report_to != "none":
+        acc.init_trackers(os.path.basename(out), config=tracker_config(cfg))
     pad = tok.pad_token_id if tok.pad_token_id is not None else 0
     progress = Progress("train", total_steps, done=done, enabled=cfg.progress and main)
     tokens_trained = sum(h["tokens_trained"] for h in history)
@@ -307,17 +362,20 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     labelled_total = sum(h["labelled"] for h in history)
     run_seconds = sum(h["seconds"] for h in history)
     wrapper.train()
-    with Stopper() as stop:
+    with Stopper() as stop, tracking(acc, cfg):
         for k, (epoch, step) in enumerate(schedule, start=done):
             t0 = time.monotonic()
             r = train_step(acc, wrapper, optimizer, cfg, seqs, step, pad)
             scheduler.step()
             position = position.after(epoch, step)
             seconds = time.monotonic() - t0
+            w_mean, w_max = step_weights(seqs, step)
             rec = {"step": k + 1, "epoch": epoch, "loss": r.loss, "lr": scheduler.get_last_lr()[0],
                    "grad_norm": r.grad_norm, "tokens_trained": r.tokens_trained, "tokens_computed": r.tokens_computed,
-                   "labelled": r.labelled, "seconds": seconds}
+                   "labelled": r.labelled, "weight_mean": w_mean, "weight_max": w_max, "seconds": seconds}
             history.append(rec)
+            if cfg.report_to != "none":
+                acc.log(tracked(rec), step=k + 1)
             tokens_trained += r.tokens_trained
             tokens_computed += r.tokens_computed
             labelled_total += r.labelled
