@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"math"
 	"os"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/a2farm/a2farm/coordinator"
 	"github.com/a2farm/a2farm/coordinator/iterate"
+	"github.com/a2farm/a2farm/internal/atomicfile"
 	"github.com/a2farm/a2farm/internal/bus"
 	"github.com/a2farm/a2farm/internal/gitrepo"
 	"github.com/a2farm/a2farm/internal/llm"
@@ -253,7 +255,12 @@ func runIterate(ctx context.Context, e *env, o *iterateOptions) (err error) {
 	}
 
 	reportPath := filepath.Join(o.out, "report.jsonl")
-	rows, err := iterate.Run(ctx, iterate.Config{Dir: o.out, Iterations: o.iterations, Warmup: o.teacher != "", Plan: plan, Resume: o.resume, Steps: s,
+	initial := iterate.Base
+	if o.initAdapter != "" {
+		initial = iterate.Adapter{Version: 0, Path: o.initAdapter}
+	}
+	rows, err := iterate.Run(ctx, iterate.Config{Dir: o.out, Iterations: o.iterations, Warmup: o.teacher != "", Plan: plan,
+		Resume: o.resume, Initial: initial, Steps: s,
 		OnStep: func(k int, step iterate.Step, finished bool, err error) {
 			switch {
 			case !finished && err == nil:
@@ -362,40 +369,26 @@ type iterateSteps struct {
 	farmFailed <-chan error
 }
 
-// adapterDir is where iteration k's adapter is trained.
+// adapterDir is where iteration k's finished adapter is: the trainer writes
+// it aside (adapterDir + ".partial") and the step renames it here once the
+// trainer has exited 0, so a folder here is always whole.
 func (s *iterateSteps) adapterDir(k int) string {
 	return filepath.Join(s.o.out, "adapters", fmt.Sprintf("it%d", k))
 }
 
-// adapter is the adapter the policy has after iteration k: the one k
-// trained, else (no training data) the one before, down to the warm-up's
-// or --init-adapter; j is its version (-1 with path "": the base model).
-func (s *iterateSteps) adapter(k int) (j int, path string) {
-	for ; k >= 0; k-- {
-		if isAdapter(s.adapterDir(k)) == nil {
-			return k, s.adapterDir(k)
-		}
-	}
-	if s.o.initAdapter != "" {
-		return 0, s.o.initAdapter
-	}
-	return -1, ""
-}
-
-// policyOf is the run spec's policy with adapter j (the base model for -1).
-func (s *iterateSteps) policyOf(j int, path string) schema.Policy {
+// policyOf is the run spec's policy with adapter a (or the base model).
+func (s *iterateSteps) policyOf(a iterate.Adapter) schema.Policy {
 	p := s.spec.Policy
-	if j >= 0 {
-		p.Model, p.Adapter, p.Version = iterate.AdapterName(s.o.runID, j), path, fmt.Sprintf("it%d", j)
+	if a.Version >= 0 {
+		p.Model, p.Adapter, p.Version = iterate.AdapterName(s.o.runID, a.Version), a.Path, fmt.Sprintf("it%d", a.Version)
 	} else {
 		p.Version = "base"
 	}
 	return p
 }
 
-func (s *iterateSteps) Serve(ctx context.Context, k int) error {
-	j, path := s.adapter(k - 1)
-	if j < 0 {
+func (s *iterateSteps) Serve(ctx context.Context, k int, a iterate.Adapter) error {
+	if a.Version < 0 {
 		for _, r := range s.replicas {
 			if err := iterate.Confirm(ctx, r, s.spec.Policy.Model, ""); err != nil {
 				return fmt.Errorf("replica %s: %w", r.Name, err)
@@ -403,15 +396,15 @@ func (s *iterateSteps) Serve(ctx context.Context, k int) error {
 		}
 		return nil
 	}
-	return iterate.Deploy(ctx, s.replicas, iterate.AdapterName(s.o.runID, j), path)
+	return iterate.Deploy(ctx, s.replicas, iterate.AdapterName(s.o.runID, a.Version), a.Path)
 }
 
-func (s *iterateSteps) Rollout(ctx context.Context, k int) (iterate.RolloutResult, error) {
+func (s *iterateSteps) Rollout(ctx context.Context, k int, a iterate.Adapter) (iterate.RolloutResult, error) {
 	if k == 0 {
 		return s.warmup(ctx)
 	}
 	ctx, stop := s.whileTheFarmRuns(ctx)
-	r, err := s.rollout(ctx, k)
+	r, err := s.rollout(ctx, k, a)
 	return r, stop(err)
 }
 
@@ -439,10 +432,9 @@ func (s *iterateSteps) whileTheFarmRuns(ctx context.Context) (context.Context, f
 	}
 }
 
-func (s *iterateSteps) rollout(ctx context.Context, k int) (iterate.RolloutResult, error) {
-	j, path := s.adapter(k - 1)
+func (s *iterateSteps) rollout(ctx context.Context, k int, a iterate.Adapter) (iterate.RolloutResult, error) {
 	spec := s.spec
-	spec.Policy = s.policyOf(j, path)
+	spec.Policy = s.policyOf(a)
 	progress, finish := s.e.progress("published")
 	pub, err := coordinator.Publish(ctx, coordinator.RunConfig{Bus: s.bus, RunID: s.o.runID, Iteration: int64(k),
 		Instances: s.gold.Instances, Gold: s.gold.Locations(), Samples: s.o.samples, Spec: spec, Progress: progress})
@@ -492,23 +484,33 @@ func (s *iterateSteps) waitSharded(ctx context.Context, k int) error {
 	}
 }
 
-func (s *iterateSteps) Train(ctx context.Context, k int, rollout iterate.RolloutResult) (iterate.TrainResult, error) {
+func (s *iterateSteps) Train(ctx context.Context, k int, init iterate.Adapter, rollout iterate.RolloutResult) (iterate.TrainResult, error) {
 	if k == 0 {
 		return s.trainWarmup(ctx, rollout)
 	}
 	if rollout.Rows == 0 {
-		_, prev := s.adapter(k - 1)
-		return iterate.TrainResult{Adapter: prev, Skipped: fmt.Sprintf("iteration %d wrote no training row (no turn carries a weight): adapter %d is adapter %d", k, k, k-1)}, nil
+		return iterate.TrainResult{Adapter: init.Path, Skipped: fmt.Sprintf("iteration %d wrote no training row (no turn carries a weight): adapter %d is adapter %d", k, k, k-1)}, nil
 	}
-	_, init := s.adapter(k - 1)
-	return s.runTrainer(ctx, k, iterate.TrainerVars{Model: s.o.trainModel, Init: init, Out: s.adapterDir(k), Shards: s.shards, Run: s.o.runID, Iteration: k})
+	return s.runTrainer(ctx, k, iterate.TrainerVars{Model: s.o.trainModel, Init: init.Path, Shards: s.shards, Run: s.o.runID, Iteration: k})
 }
 
-// runTrainer trains adapter k with the trainer command, unless an earlier
-// run of this step left it finished; a checkpoint an interrupted trainer
-// left is handed on as {resume}.
+// runTrainer trains adapter k with the trainer command into a folder
+// aside, and renames it into adapterDir(k) once the trainer has exited 0
+// with an adapter there. A resumed step finds a renamed adapter finished;
+// aside it keeps only a2farm-train's finished adapter (a2farm-train writes
+// its manifest last and renames the whole folder into place) — whatever
+// another trainer left there may be half-written and is trained again. A
+// checkpoint an interrupted trainer left is handed on as {resume}.
 func (s *iterateSteps) runTrainer(ctx context.Context, k int, v iterate.TrainerVars) (iterate.TrainResult, error) {
-	if isAdapter(v.Out) != nil {
+	final := s.adapterDir(k)
+	if isAdapter(final) == nil {
+		return trainStats(final)
+	}
+	v.Out = final + ".partial"
+	if _, err := os.Stat(filepath.Join(v.Out, trainManifestName)); err != nil {
+		if err := os.RemoveAll(v.Out); err != nil {
+			return iterate.TrainResult{}, err
+		}
 		_, ckptErr := os.Stat(v.Out + ".checkpoint")
 		v.Resume = ckptErr == nil
 		line, err := iterate.TrainerCommand(s.o.trainer, v)
@@ -519,12 +521,19 @@ func (s *iterateSteps) runTrainer(ctx context.Context, k int, v iterate.TrainerV
 		if err := iterate.RunTrainer(ctx, line, s.e.stderr, s.o.trainerGrace); err != nil {
 			return iterate.TrainResult{}, err
 		}
-		if err := isAdapter(v.Out); err != nil {
-			return iterate.TrainResult{}, fmt.Errorf("the trainer exited 0 but %s holds no adapter: %v", v.Out, err)
-		}
 	}
-	return trainStats(v.Out)
+	if err := isAdapter(v.Out); err != nil {
+		return iterate.TrainResult{}, fmt.Errorf("the trainer exited 0 but %s holds no adapter: %v", v.Out, err)
+	}
+	if err := os.Rename(v.Out, final); err != nil {
+		return iterate.TrainResult{}, fmt.Errorf("install adapter %d: %w", k, err)
+	}
+	return trainStats(final)
 }
+
+// trainManifestName is the record a2farm-train writes into a finished
+// adapter.
+const trainManifestName = "train_manifest.json"
 
 // localize plays cfg's instances in the driver's process, as the warm-up
 // and the evaluation do, into out (continued where an interrupted run left
@@ -540,18 +549,17 @@ func (s *iterateSteps) localize(ctx context.Context, label, out, reposDir string
 	return worker.Localize(ctx, cfg)
 }
 
-func (s *iterateSteps) Evaluate(ctx context.Context, k int) (iterate.EvalResult, bool, error) {
+func (s *iterateSteps) Evaluate(ctx context.Context, k int, a iterate.Adapter) (iterate.EvalResult, bool, error) {
 	if s.o.evalDataset == "" {
 		return iterate.EvalResult{}, false, nil
 	}
-	j, path := s.adapter(k)
-	if j >= 0 {
-		if err := iterate.Deploy(ctx, s.replicas, iterate.AdapterName(s.o.runID, j), path); err != nil {
+	if a.Version >= 0 {
+		if err := iterate.Deploy(ctx, s.replicas, iterate.AdapterName(s.o.runID, a.Version), a.Path); err != nil {
 			return iterate.EvalResult{}, false, err
 		}
 	}
 	spec := s.spec
-	spec.Policy = s.policyOf(j, path)
+	spec.Policy = s.policyOf(a)
 	spec.Sampling.Temperature, spec.Sampling.TopP = 0, 0
 	spec.Branching = schema.Branching{}
 	if s.evalGold == nil { // the held-out set's gold is the same for every iteration
@@ -630,7 +638,7 @@ func shardStats(dir string) (iterate.RolloutResult, error) {
 
 // trainStats reads what the trainer's manifest says of a run.
 func trainStats(dir string) (iterate.TrainResult, error) {
-	data, err := os.ReadFile(filepath.Join(dir, "train_manifest.json"))
+	data, err := os.ReadFile(filepath.Join(dir, trainManifestName))
 	if errors.Is(err, fs.ErrNotExist) {
 		return iterate.TrainResult{Adapter: dir}, nil // trained by another trainer: no figures
 	}
@@ -645,7 +653,7 @@ func trainStats(dir string) (iterate.TrainResult, error) {
 		TokensPerSecond float64 `json:"tokens_per_second"`
 	}
 	if err := json.Unmarshal(data, &m); err != nil {
-		return iterate.TrainResult{}, fmt.Errorf("%s: %w", filepath.Join(dir, "train_manifest.json"), err)
+		return iterate.TrainResult{}, fmt.Errorf("%s: %w", filepath.Join(dir, trainManifestName), err)
 	}
 	r := iterate.TrainResult{Adapter: dir, Steps: len(m.Steps), TokensPerSecond: m.TokensPerSecond}
 	if n := len(m.Steps); n > 0 {
@@ -681,17 +689,18 @@ func printIterationRow(e *env, r iterate.Row) {
 	fmt.Fprintln(e.stdout, strings.TrimSuffix(b.String(), ";"))
 }
 
+// writeIterateReport writes report.jsonl whole or not at all: a reader (or
+// a crash) never sees half of it.
 func writeIterateReport(path string, rows []iterate.Row) error {
-	var b strings.Builder
-	for _, r := range rows {
-		data, err := json.Marshal(r)
-		if err != nil {
-			return err
+	return atomicfile.Write(path, func(w io.Writer) error {
+		enc := json.NewEncoder(w)
+		for _, r := range rows {
+			if err := enc.Encode(r); err != nil {
+				return err
+			}
 		}
-		b.Write(data)
-		b.WriteByte('\n')
-	}
-	return os.WriteFile(path, []byte(b.String()), 0o644)
+		return nil
+	})
 }
 
 // embeddedFarm is NATS, workers and a learner in this process, up for

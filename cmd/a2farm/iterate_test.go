@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -128,6 +129,53 @@ func TestIterateTrainerFailureNamesTheStepAndResumeDoesNotRepeat(t *testing.T) {
 	code, _, errOut = run(t, f.args("exit 4 {out}", "--resume", "--samples", "3")...)
 	if code != exitUsage || !strings.Contains(errOut, "was started with other settings") {
 		t.Errorf("resume with other samples: exit %d\n%s", code, errOut)
+	}
+}
+
+// TestAHalfWrittenAdapterIsTrainedAgain: a trainer that wrote part of an
+// adapter (its config) and then failed leaves nothing that a resume counts
+// as adapter 1 — the trainer writes aside and the step installs the folder
+// only after an exit 0 — so --resume trains iteration 1 again instead of
+// serving the fragment to iteration 2 (as it did when any folder with an
+// adapter_config.json counted as finished).
+func TestAHalfWrittenAdapterIsTrainedAgain(t *testing.T) {
+	f := newIterateFixture(t)
+	halfThenFail := "mkdir -p {out} && touch {out}/adapter_config.json && exit 3"
+	code, _, errOut := run(t, f.args(halfThenFail)...)
+	if code != exitError || !strings.Contains(errOut, "iteration 1, step train: the trainer exited 3") {
+		t.Fatalf("exit %d, want 1 naming iteration 1's training\n%s", code, errOut)
+	}
+	it1 := filepath.Join(f.out, "adapters", "it1")
+	if _, err := os.Stat(it1); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("%s after a failed trainer: %v, want nothing there", it1, err)
+	}
+	code, _, errOut = run(t, f.args("exit 4 {out}", "--resume")...)
+	if code != exitError || !strings.Contains(errOut, "iteration 1, step train: the trainer exited 4") {
+		t.Fatalf("resume: exit %d, want iteration 1 trained again (and failing with 4)\n%s", code, errOut)
+	}
+	for _, r := range []*policytest.Replica{f.a, f.b} {
+		for _, l := range r.Loads() {
+			if l.Name == "r-it1" {
+				t.Errorf("replica %s was loaded the half-written adapter: %+v", r.URL, l)
+			}
+		}
+	}
+
+	// A trainer that finishes: its folder is installed as adapter 1.
+	code, _, errOut = run(t, f.args("mkdir -p {out} && touch {out}/adapter_config.json", "--resume")...)
+	if code != 0 {
+		t.Fatalf("resume with a trainer that finishes: exit %d\n%s", code, errOut)
+	}
+	for _, k := range []string{"it1", "it2"} {
+		if err := isAdapter(filepath.Join(f.out, "adapters", k)); err != nil {
+			t.Errorf("adapter %s: %v", k, err)
+		}
+		if _, err := os.Stat(filepath.Join(f.out, "adapters", k+".partial")); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s.partial left behind: %v", k, err)
+		}
+	}
+	if loads := f.a.Loads(); len(loads) != 2 || loads[1] != (policytest.Load{Op: "load", Name: "r-it1", Path: it1}) {
+		t.Errorf("replica loads %v, want adapter 0 then adapter 1 from %s", loads, it1)
 	}
 }
 

@@ -115,5 +115,5 @@ func (s *iterateSteps) trainWarmup(ctx context.Context, rollout iterate.RolloutR
 	if rollout.Rows == 0 {
 		return iterate.TrainResult{Skipped: fmt.Sprintf("no teacher trajectory matched the gold at every level in %d tries: iteration 1 starts from the base model", s.o.teacherTries)}, nil
 	}
-	return s.runTrainer(ctx, 0, iterate.TrainerVars{Model: s.o.trainModel, Out: s.adapterDir(0), Shards: shards, Run: s.o.runID, SFT: true})
+	return s.runTrainer(ctx, 0, iterate.TrainerVars{Model: s.o.trainModel, Shards: shards, Run: s.o.runID, SFT: true})
 }

@@ -43,20 +43,47 @@ const (
 )
 
 // Steps are what the driver runs; each must be safe to run again after an
-// interruption (it is, when it finished nothing the state recorded).
+// interruption (it is, when it finished nothing the state recorded). The
+// driver names the adapter each step works with, from its state: which
+// adapter the policy has after an iteration is what that iteration's
+// training step recorded, never what a folder on disk looks like.
 type Steps interface {
-	// Serve makes adapter k−1 (the base model when there is none) served
-	// by every replica and confirmed there.
-	Serve(ctx context.Context, k int) error
-	// Rollout publishes iteration k (k = 0: the teacher's warm-up) and
-	// returns once its groups are sharded.
-	Rollout(ctx context.Context, k int) (RolloutResult, error)
-	// Train trains adapter k on iteration k's shards; rollout is what
-	// the rollout step recorded of them (a row count of 0: nothing to
-	// train on).
-	Train(ctx context.Context, k int, rollout RolloutResult) (TrainResult, error)
-	// Evaluate scores adapter k on the held-out set (ok false: none given).
-	Evaluate(ctx context.Context, k int) (EvalResult, bool, error)
+	// Serve makes a — adapter k−1, or the base model — served by every
+	// replica and confirmed there.
+	Serve(ctx context.Context, k int, a Adapter) error
+	// Rollout publishes iteration k, played by a (k = 0: the teacher's
+	// warm-up), and returns once its groups are sharded.
+	Rollout(ctx context.Context, k int, a Adapter) (RolloutResult, error)
+	// Train trains adapter k from init on iteration k's shards; rollout is
+	// what the rollout step recorded of them (a row count of 0: nothing to
+	// train on: adapter k is then init, and the result says why).
+	Train(ctx context.Context, k int, init Adapter, rollout RolloutResult) (TrainResult, error)
+	// Evaluate scores a, the adapter after iteration k, on the held-out
+	// set (ok false: none given).
+	Evaluate(ctx context.Context, k int, a Adapter) (EvalResult, bool, error)
+}
+
+// Adapter is one version of the policy: the adapter iteration Version
+// trained, in Path. Base, version −1 with no path, is the base model.
+type Adapter struct {
+	Version int
+	Path    string
+}
+
+// Base is the base model, before any adapter.
+var Base = Adapter{Version: -1}
+
+// adapterAfter is the adapter the policy has after iteration k: the one the
+// latest iteration j ≤ k trained, else initial.
+func (s *State) adapterAfter(k int, initial Adapter) Adapter {
+	best := initial
+	bestIt := -1
+	for _, r := range s.Rows {
+		if t := r.Train; t != nil && t.Skipped == "" && t.Adapter != "" && r.Iteration <= k && r.Iteration > bestIt {
+			best, bestIt = Adapter{Version: r.Iteration, Path: t.Adapter}, r.Iteration
+		}
+	}
+	return best
 }
 
 // RolloutResult is what a report row says of a rollout.
@@ -154,7 +181,10 @@ type Config struct {
 	// Resume continues the state in Dir; without it a Dir with a state is
 	// refused.
 	Resume bool
-	Steps  Steps
+	// Initial is the adapter the policy starts from (--init-adapter, as
+	// version 0), else Base.
+	Initial Adapter
+	Steps   Steps
 	// OnStep is told when a step starts and ends (err nil: it finished).
 	OnStep func(k int, step Step, finished bool, err error)
 	// OnRow is told each iteration's row when its last step finished.
@@ -225,7 +255,7 @@ func Run(ctx context.Context, cfg Config) ([]Row, error) {
 				cfg.OnStep(k, step, false, nil)
 			}
 			start := time.Now()
-			err := runStep(ctx, cfg.Steps, k, step, st.row(k))
+			err := runStep(ctx, cfg.Steps, k, step, st, cfg.Initial)
 			if cfg.OnStep != nil {
 				cfg.OnStep(k, step, err == nil, err)
 			}
@@ -261,12 +291,14 @@ func stepsOf(k int) []Step {
 	return []Step{StepServe, StepRollout, StepTrain, StepEvaluate}
 }
 
-func runStep(ctx context.Context, s Steps, k int, step Step, row *Row) error {
+func runStep(ctx context.Context, s Steps, k int, step Step, st *State, initial Adapter) error {
+	row := st.row(k)
+	before := st.adapterAfter(k-1, initial)
 	switch step {
 	case StepServe:
-		return s.Serve(ctx, k)
+		return s.Serve(ctx, k, before)
 	case StepRollout:
-		r, err := s.Rollout(ctx, k)
+		r, err := s.Rollout(ctx, k, before)
 		if err == nil {
 			row.Rollout = &r
 		}
@@ -275,13 +307,13 @@ func runStep(ctx context.Context, s Steps, k int, step Step, row *Row) error {
 		if row.Rollout == nil {
 			return fmt.Errorf("iteration %d: no rollout recorded to train on", k)
 		}
-		r, err := s.Train(ctx, k, *row.Rollout)
+		r, err := s.Train(ctx, k, before, *row.Rollout)
 		if err == nil {
 			row.Train = &r
 		}
 		return err
 	case StepEvaluate:
-		r, ok, err := s.Evaluate(ctx, k)
+		r, ok, err := s.Evaluate(ctx, k, st.adapterAfter(k, initial))
 		if err == nil && ok {
 			row.Eval = &r
 		}

@@ -14,9 +14,11 @@ import (
 // recordingSteps records the steps it runs and fails the one named in
 // failAt once.
 type recordingSteps struct {
-	ran    []string
-	failAt string
-	cancel func() // called instead of failing, when set: a Ctrl-C in that step
+	ran       []string
+	failAt    string
+	cancel    func() // called instead of failing, when set: a Ctrl-C in that step
+	skipTrain map[int]bool
+	adapters  map[string]Adapter // the adapter each step was handed, by "k/step"
 }
 
 func (r *recordingSteps) do(ctx context.Context, k int, step Step) error {
@@ -33,21 +35,74 @@ func (r *recordingSteps) do(ctx context.Context, k int, step Step) error {
 	return nil
 }
 
-func (r *recordingSteps) Serve(ctx context.Context, k int) error { return r.do(ctx, k, StepServe) }
-func (r *recordingSteps) Rollout(ctx context.Context, k int) (RolloutResult, error) {
-	return RolloutResult{Jobs: k}, r.do(ctx, k, StepRollout)
+func (r *recordingSteps) Serve(ctx context.Context, k int, a Adapter) error {
+	r.saw(k, StepServe, a)
+	return r.do(ctx, k, StepServe)
+}
+func (r *recordingSteps) Rollout(ctx context.Context, k int, a Adapter) (RolloutResult, error) {
+	r.saw(k, StepRollout, a)
+	return RolloutResult{Jobs: k, Rows: 10 * k}, r.do(ctx, k, StepRollout)
 }
 
 // Train checks it is handed its iteration's rollout, which a resumed run
-// reads back from the state.
-func (r *recordingSteps) Train(ctx context.Context, k int, rollout RolloutResult) (TrainResult, error) {
+// reads back from the state. An iteration in skipTrain trains nothing: its
+// adapter is the one before.
+func (r *recordingSteps) Train(ctx context.Context, k int, init Adapter, rollout RolloutResult) (TrainResult, error) {
+	r.saw(k, StepTrain, init)
 	if rollout.Jobs != k {
 		return TrainResult{}, fmt.Errorf("iteration %d trains on the rollout of %d", k, rollout.Jobs)
 	}
-	return TrainResult{Steps: k}, r.do(ctx, k, StepTrain)
+	if r.skipTrain[k] {
+		return TrainResult{Adapter: init.Path, Skipped: "no row"}, r.do(ctx, k, StepTrain)
+	}
+	return TrainResult{Steps: k, Adapter: fmt.Sprintf("adapters/it%d", k)}, r.do(ctx, k, StepTrain)
 }
-func (r *recordingSteps) Evaluate(ctx context.Context, k int) (EvalResult, bool, error) {
+func (r *recordingSteps) Evaluate(ctx context.Context, k int, a Adapter) (EvalResult, bool, error) {
+	r.saw(k, StepEvaluate, a)
 	return EvalResult{Instances: k}, true, r.do(ctx, k, StepEvaluate)
+}
+
+// saw records the adapter a step was handed.
+func (r *recordingSteps) saw(k int, step Step, a Adapter) {
+	if r.adapters == nil {
+		r.adapters = map[string]Adapter{}
+	}
+	r.adapters[fmt.Sprintf("%d/%s", k, step)] = a
+}
+
+// TestTheDriverNamesEachStepsAdapterFromItsState: the adapter after an
+// iteration is the one its training recorded (an iteration that trained
+// nothing keeps the one before), through a resume, whatever lies on disk.
+func TestTheDriverNamesEachStepsAdapterFromItsState(t *testing.T) {
+	dir := t.TempDir()
+	init := Adapter{Version: 0, Path: "sft"}
+	steps := &recordingSteps{failAt: "3/serve", skipTrain: map[int]bool{2: true}}
+	cfg := Config{Dir: dir, Iterations: 3, Initial: init, Plan: 1, Steps: steps}
+	if _, err := Run(context.Background(), cfg); err == nil {
+		t.Fatal("no error from the failing step")
+	}
+	cfg.Resume = true
+	if _, err := Run(context.Background(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	it1 := Adapter{Version: 1, Path: "adapters/it1"}
+	want := map[string]Adapter{
+		"1/serve": init, "1/rollout": init, "1/train": init, "1/evaluate": it1,
+		"2/serve": it1, "2/rollout": it1, "2/train": it1, "2/evaluate": it1, // iteration 2 trained nothing
+		"3/serve": it1, "3/rollout": it1, "3/train": it1, "3/evaluate": {Version: 3, Path: "adapters/it3"},
+	}
+	for step, a := range want {
+		if got := steps.adapters[step]; got != a {
+			t.Errorf("%s was handed %+v, want %+v", step, got, a)
+		}
+	}
+	base := &recordingSteps{}
+	if _, err := Run(context.Background(), Config{Dir: t.TempDir(), Iterations: 1, Plan: 1, Steps: base, Initial: Base}); err != nil {
+		t.Fatal(err)
+	}
+	if got := base.adapters["1/serve"]; got != Base {
+		t.Errorf("first serve with no initial adapter: %+v, want the base model", got)
+	}
 }
 
 // TestRunResumesAtTheStepThatFailed: a run stopped by a failing step or a
