@@ -387,6 +387,10 @@ func (s *iterateSteps) policyOf(a iterate.Adapter) schema.Policy {
 	return p
 }
 
+// Serve loads adapter a on every replica and confirms it there, then
+// unloads the run's older versions: in the synchronous loop iteration k's
+// rollouts, and adapter k−1's evaluation, are finished before iteration
+// k+1 is served, so only a acts from here on.
 func (s *iterateSteps) Serve(ctx context.Context, k int, a iterate.Adapter) error {
 	if a.Version < 0 {
 		for _, r := range s.replicas {
@@ -396,7 +400,14 @@ func (s *iterateSteps) Serve(ctx context.Context, k int, a iterate.Adapter) erro
 		}
 		return nil
 	}
-	return iterate.Deploy(ctx, s.replicas, iterate.AdapterName(s.o.runID, a.Version), a.Path)
+	if err := iterate.Deploy(ctx, s.replicas, iterate.AdapterName(s.o.runID, a.Version), a.Path); err != nil {
+		return err
+	}
+	var older []string
+	for j := range a.Version {
+		older = append(older, iterate.AdapterName(s.o.runID, j))
+	}
+	return iterate.Retire(ctx, s.replicas, older)
 }
 
 func (s *iterateSteps) Rollout(ctx context.Context, k int, a iterate.Adapter) (iterate.RolloutResult, error) {

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -137,7 +138,8 @@ func TestIterateTrainerFailureNamesTheStepAndResumeDoesNotRepeat(t *testing.T) {
 // as adapter 1 — the trainer writes aside and the step installs the folder
 // only after an exit 0 — so --resume trains iteration 1 again instead of
 // serving the fragment to iteration 2 (as it did when any folder with an
-// adapter_config.json counted as finished).
+// adapter_config.json counted as finished). Once adapter 1 is served,
+// adapter 0 is unloaded from the replicas, its folder kept.
 func TestAHalfWrittenAdapterIsTrainedAgain(t *testing.T) {
 	f := newIterateFixture(t)
 	halfThenFail := "mkdir -p {out} && touch {out}/adapter_config.json && exit 3"
@@ -174,8 +176,17 @@ func TestAHalfWrittenAdapterIsTrainedAgain(t *testing.T) {
 			t.Errorf("%s.partial left behind: %v", k, err)
 		}
 	}
-	if loads := f.a.Loads(); len(loads) != 2 || loads[1] != (policytest.Load{Op: "load", Name: "r-it1", Path: it1}) {
-		t.Errorf("replica loads %v, want adapter 0 then adapter 1 from %s", loads, it1)
+	// Iteration 2 is served adapter 1 and adapter 0 is unloaded: no rollout
+	// uses it any more. No adapter folder is deleted.
+	want := []policytest.Load{{Op: "load", Name: "r-it0", Path: f.init}, {Op: "load", Name: "r-it1", Path: it1},
+		{Op: "unload", Name: "r-it0"}}
+	for _, r := range []*policytest.Replica{f.a, f.b} {
+		if loads := r.Loads(); !slices.Equal(loads, want) {
+			t.Errorf("replica %s received %v, want %v", r.URL, loads, want)
+		}
+	}
+	if err := isAdapter(f.init); err != nil {
+		t.Errorf("adapter 0's folder: %v", err)
 	}
 }
 

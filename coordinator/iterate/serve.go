@@ -46,6 +46,24 @@ func deployOne(ctx context.Context, r Replica, name, path string) error {
 	return Confirm(ctx, r, name, path)
 }
 
+// Retire unloads the named adapters from every replica, so that a
+// replica keeps only the versions a rollout may still use (vLLM keeps a
+// bounded number of adapters and evicts the least recently used one
+// silently: a version still acting must never be the one it drops). A
+// replica that does not hold a name — it restarted, or never loaded it —
+// counts as done. Adapter folders are never deleted: a replica may still
+// load from them (a worker loads a forgotten adapter again).
+func Retire(ctx context.Context, replicas []Replica, names []string) error {
+	for _, r := range replicas {
+		for _, name := range names {
+			if err := r.Client.UnloadLoRA(ctx, name); err != nil && !errors.Is(err, llm.ErrLoRANotLoaded) {
+				return fmt.Errorf("replica %s: unload adapter %s: %w", r.Name, name, err)
+			}
+		}
+	}
+	return nil
+}
+
 // Confirm checks that r serves name (from path, when path is not empty)
 // and answers a request with it.
 func Confirm(ctx context.Context, r Replica, name, path string) error {

@@ -56,15 +56,24 @@ func (c *Client) LoadLoRA(ctx context.Context, name, path string) error {
 	return err
 }
 
-// UnloadLoRA asks the server to drop the adapter loaded under name.
+// UnloadLoRA asks the server to drop the adapter loaded under name. A
+// server that holds no adapter of that name answers 404 "cannot be found";
+// that is reported as ErrLoRANotLoaded.
 func (c *Client) UnloadLoRA(ctx context.Context, name string) error {
 	_, err := c.admin(ctx, http.MethodPost, "/unload_lora_adapter", map[string]string{"lora_name": name})
+	var se *StatusError
+	if errors.As(err, &se) && se.Code == http.StatusNotFound && strings.Contains(strings.ToLower(se.Body), "cannot be found") {
+		return fmt.Errorf("%w: %s", ErrLoRANotLoaded, name)
+	}
 	return err
 }
 
 // ErrLoRALoaded says the server has an adapter of that name loaded
 // already.
 var ErrLoRALoaded = errors.New("llm: the server has the adapter loaded already")
+
+// ErrLoRANotLoaded says the server holds no adapter of that name.
+var ErrLoRANotLoaded = errors.New("llm: the server holds no adapter of that name")
 
 // ModelMissing reports whether the server refused a request because it
 // serves no model of the requested name: vLLM answers 404 "The model `x`
