@@ -34,7 +34,7 @@ type ModelRequest struct {
 	Messages []llm.Message
 	// Tools are the OpenAI tool specs; in text mode they are described in
 	// the system message instead and Tools is nil.
-	Tools      []map[string]any
+	Tools      []schema.ToolSpec
 	InstanceID string
 	Sample     int64
 	// Seed is the sample's seed (the job's Sampling.Seed).
@@ -128,7 +128,7 @@ func Run(ctx context.Context, cfg Config, ep Episode) (schema.Trajectory, error)
 		ctx, cancel = context.WithTimeout(ctx, cfg.WallTime)
 		defer cancel()
 	}
-	specs := make([]map[string]any, 0)
+	specs := make([]schema.ToolSpec, 0)
 	for _, t := range ep.Tools.Tools() {
 		specs = append(specs, t.Spec())
 	}
@@ -297,7 +297,7 @@ const maxOverflowRetries = 5
 // next asks the model for the next message, trimming harder each time the
 // server reports that the request exceeds its context. It returns the
 // messages of the request that was answered.
-func next(ctx context.Context, m Model, cfg Config, msgs []llm.Message, lastPrompt int64, req ModelRequest, specs []map[string]any) ([]llm.Message, *ModelReply, error) {
+func next(ctx context.Context, m Model, cfg Config, msgs []llm.Message, lastPrompt int64, req ModelRequest, specs []schema.ToolSpec) ([]llm.Message, *ModelReply, error) {
 	for level := 0; ; level++ {
 		req.Messages = trimLevel(msgs, lastPrompt, cfg.MaxContextTokens, level)
 		if cfg.TextMode {

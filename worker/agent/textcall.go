@@ -5,6 +5,8 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+
+	"github.com/a2farm/a2farm/schema"
 )
 
 var (
@@ -62,16 +64,14 @@ func parseTextCall(text string, schemaTypes func(tool, param string) string) (te
 // TextToolInstructions describes the tools and the call syntax for servers
 // without a native tool parser; it is appended to the system prompt when
 // sending, never stored.
-func TextToolInstructions(specs []map[string]any) string {
+func TextToolInstructions(specs []schema.ToolSpec) string {
 	var b strings.Builder
 	b.WriteString("\n\nYou can call these functions:\n")
 	for i, s := range specs {
-		fn, _ := s["function"].(map[string]any)
-		name, _ := fn["name"].(string)
-		desc, _ := fn["description"].(string)
-		b.WriteString("\n---- BEGIN FUNCTION #" + strconv.Itoa(i+1) + ": " + name + " ----\n" + strings.TrimSpace(desc) + "\n")
-		if params, ok := fn["parameters"].(json.RawMessage); ok {
-			b.WriteString("Parameters (JSON schema): " + string(params) + "\n")
+		fn := s.Function
+		b.WriteString("\n---- BEGIN FUNCTION #" + strconv.Itoa(i+1) + ": " + fn.Name + " ----\n" + strings.TrimSpace(fn.Description) + "\n")
+		if len(fn.Parameters) > 0 {
+			b.WriteString("Parameters (JSON schema): " + string(fn.Parameters) + "\n")
 		}
 		b.WriteString("---- END FUNCTION #" + strconv.Itoa(i+1) + " ----\n")
 	}

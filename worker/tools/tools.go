@@ -53,16 +53,12 @@ type Tool struct {
 	call       func(ctx context.Context, s *Set, args json.RawMessage) (Result, error)
 }
 
-// Spec is a tool in the OpenAI tools format.
-func (t *Tool) Spec() map[string]any {
-	return map[string]any{
-		"type": "function",
-		"function": map[string]any{
-			"name":        t.Name,
-			"description": t.Description,
-			"parameters":  t.Parameters,
-		},
-	}
+// Spec is a tool in the OpenAI tools format, its keys in the order the
+// format documents them — the order the request carries them in, and the
+// order the learner's shards keep and the trainer renders them in.
+func (t *Tool) Spec() schema.ToolSpec {
+	return schema.ToolSpec{Type: "function",
+		Function: schema.ToolFunction{Name: t.Name, Description: t.Description, Parameters: t.Parameters}}
 }
 
 // Set is the tool set of one episode: a snapshot's indexes seen from one

@@ -307,3 +307,32 @@ func TestDefaultPatternOfSeveralLanguages(t *testing.T) {
 		}
 	}
 }
+
+// TestASpecKeepsTheShardsKeyOrder: a request carries each tool spec with its
+// keys in the OpenAI format's order — type, then the function's name,
+// description and parameters (the schema text as written) — the order the
+// learner's shards keep and the trainer renders through the chat template.
+// A template writes the spec as JSON into the prompt, so another order
+// (Go maps marshal theirs sorted: function first, description before name)
+// is other prompt tokens than the trainer trains on.
+func TestASpecKeepsTheShardsKeyOrder(t *testing.T) {
+	tool := finishTool()
+	data, err := json.Marshal(tool.Spec())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"type":"function","function":{"name":"finish","description":` + string(mustJSON(t, tool.Description)) +
+		`,"parameters":` + string(tool.Parameters) + `}}`
+	if string(data) != want {
+		t.Errorf("spec JSON\n%s\nwant\n%s", data, want)
+	}
+}
+
+func mustJSON(t *testing.T, v any) []byte {
+	t.Helper()
+	data, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
