@@ -391,7 +391,7 @@ func (s *iterateSteps) policyOf(a iterate.Adapter) schema.Policy {
 // unloads the run's older versions: in the synchronous loop iteration k's
 // rollouts, and adapter k−1's evaluation, are finished before iteration
 // k+1 is served, so only a acts from here on.
-func (s *iterateSteps) Serve(ctx context.Context, k int, a iterate.Adapter) error {
+func (s *iterateSteps) Serve(ctx context.Context, k int, a iterate.Adapter, older []iterate.Adapter) error {
 	if a.Version < 0 {
 		for _, r := range s.replicas {
 			if err := iterate.Confirm(ctx, r, s.spec.Policy.Model, ""); err != nil {
@@ -403,11 +403,11 @@ func (s *iterateSteps) Serve(ctx context.Context, k int, a iterate.Adapter) erro
 	if err := iterate.Deploy(ctx, s.replicas, iterate.AdapterName(s.o.runID, a.Version), a.Path); err != nil {
 		return err
 	}
-	var older []string
-	for j := range a.Version {
-		older = append(older, iterate.AdapterName(s.o.runID, j))
+	names := make([]string, len(older))
+	for i, o := range older {
+		names[i] = iterate.AdapterName(s.o.runID, o.Version)
 	}
-	return iterate.Retire(ctx, s.replicas, older)
+	return iterate.Retire(ctx, s.replicas, names)
 }
 
 func (s *iterateSteps) Rollout(ctx context.Context, k int, a iterate.Adapter) (iterate.RolloutResult, error) {

@@ -49,8 +49,9 @@ const (
 // training step recorded, never what a folder on disk looks like.
 type Steps interface {
 	// Serve makes a — adapter k−1, or the base model — served by every
-	// replica and confirmed there.
-	Serve(ctx context.Context, k int, a Adapter) error
+	// replica and confirmed there; older are the run's earlier versions,
+	// which no rollout uses any more once a is served.
+	Serve(ctx context.Context, k int, a Adapter, older []Adapter) error
 	// Rollout publishes iteration k, played by a (k = 0: the teacher's
 	// warm-up), and returns once its groups are sharded.
 	Rollout(ctx context.Context, k int, a Adapter) (RolloutResult, error)
@@ -72,6 +73,22 @@ type Adapter struct {
 
 // Base is the base model, before any adapter.
 var Base = Adapter{Version: -1}
+
+// versionsBefore lists the adapters the run had before version v: initial
+// (when it is one) and what each iteration's training recorded.
+func (s *State) versionsBefore(v int, initial Adapter) []Adapter {
+	var out []Adapter
+	if initial.Version >= 0 && initial.Version < v {
+		out = append(out, initial)
+	}
+	for _, r := range s.Rows {
+		if t := r.Train; t != nil && t.Skipped == "" && t.Adapter != "" && r.Iteration < v &&
+			!(r.Iteration == initial.Version && t.Adapter == initial.Path) {
+			out = append(out, Adapter{Version: r.Iteration, Path: t.Adapter})
+		}
+	}
+	return out
+}
 
 // adapterAfter is the adapter the policy has after iteration k: the one the
 // latest iteration j ≤ k trained, else initial.
@@ -296,7 +313,7 @@ func runStep(ctx context.Context, s Steps, k int, step Step, st *State, initial 
 	before := st.adapterAfter(k-1, initial)
 	switch step {
 	case StepServe:
-		return s.Serve(ctx, k, before)
+		return s.Serve(ctx, k, before, st.versionsBefore(before.Version, initial))
 	case StepRollout:
 		r, err := s.Rollout(ctx, k, before)
 		if err == nil {

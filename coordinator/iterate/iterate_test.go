@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -19,6 +20,7 @@ type recordingSteps struct {
 	cancel    func() // called instead of failing, when set: a Ctrl-C in that step
 	skipTrain map[int]bool
 	adapters  map[string]Adapter // the adapter each step was handed, by "k/step"
+	older     map[int][]Adapter  // the earlier versions each serve was handed
 }
 
 func (r *recordingSteps) do(ctx context.Context, k int, step Step) error {
@@ -35,8 +37,12 @@ func (r *recordingSteps) do(ctx context.Context, k int, step Step) error {
 	return nil
 }
 
-func (r *recordingSteps) Serve(ctx context.Context, k int, a Adapter) error {
+func (r *recordingSteps) Serve(ctx context.Context, k int, a Adapter, older []Adapter) error {
 	r.saw(k, StepServe, a)
+	if r.older == nil {
+		r.older = map[int][]Adapter{}
+	}
+	r.older[k] = older
 	return r.do(ctx, k, StepServe)
 }
 func (r *recordingSteps) Rollout(ctx context.Context, k int, a Adapter) (RolloutResult, error) {
@@ -94,6 +100,14 @@ func TestTheDriverNamesEachStepsAdapterFromItsState(t *testing.T) {
 	for step, a := range want {
 		if got := steps.adapters[step]; got != a {
 			t.Errorf("%s was handed %+v, want %+v", step, got, a)
+		}
+	}
+	// Each serve is handed the earlier versions to retire: none before
+	// adapter 0, adapter 0 before adapter 1 (also when iteration 2 trained
+	// nothing and adapter 1 is served again).
+	for k, want := range map[int][]Adapter{1: nil, 2: {init}, 3: {init}} {
+		if got := steps.older[k]; !slices.Equal(got, want) {
+			t.Errorf("serve %d was handed %+v to retire, want %+v", k, got, want)
 		}
 	}
 	base := &recordingSteps{}
