@@ -97,22 +97,24 @@ $(QWEN3_TOKENIZER)/tokenizer.json:
 
 .PHONY: test-trainer
 test-trainer: build trainer-env ## the trainer's tests (pytest, CPU, tiny models built in the tests)
-	cd trainer && A2FARM_SKIPPED=$(A2FARM_SKIPPED) A2FARM_BIN=$(abspath $(BIN)) A2FARM_QWEN3_TOKENIZER=$(QWEN3_TOKENIZER) PYTHONPATH=src HF_HUB_OFFLINE=1 \
+	cd trainer && A2FARM_SKIPPED=$(A2FARM_SKIPPED) A2FARM_BIN=$(abspath $(BIN)) A2FARM_QWEN3_TOKENIZER=$(QWEN3_TOKENIZER) PYTHONPATH=$(abspath trainer/src):$(abspath trainer/support) HF_HUB_OFFLINE=1 \
 	  $(TRAINER_PY) -m pytest -q -p no:cacheprovider
 
 .PHONY: train-demo
 train-demo: build trainer-env ## the whole loop on CPU: heuristic teacher → SFT shards → a tiny model trained from scratch → the stand-in server → a2farm iterate (warm-up, 2 iterations) → the report (under 15 minutes on 2 cores)
-	cd trainer && PYTHONPATH=src HF_HUB_OFFLINE=1 $(abspath $(TRAINER_PY)) -m a2farm_trainer.demo --bin $(abspath $(BIN)) \
+	cd trainer && PYTHONPATH=$(abspath trainer/src):$(abspath trainer/support) HF_HUB_OFFLINE=1 $(abspath $(TRAINER_PY)) -m a2farm_support.demo --bin $(abspath $(BIN)) \
 	  --tokenizer $(QWEN3_TOKENIZER) --out $(abspath $(RUN_DIR))/train-demo
 
 .PHONY: bench-trainer
-bench-trainer: build trainer-env ## the trainer on CPU: packed vs padded tokens/s on the same shards (a2farm up's), and peak memory of the naive vs the chunked loss (151,936-token vocabulary) (docs/BENCHMARKS.md)
+bench-trainer: build trainer-env ## the trainer on CPU: packed vs padded tokens/s on the same shards (a2farm up's), time and memory of the naive, checkpointed and chunked loss (151,936-token vocabulary), and packed vs padded vs the reference layout on rollout-like 2-16 K sequences (docs/BENCHMARKS.md)
 	@mkdir -p $(RUN_DIR)
 	rm -rf $(RUN_DIR)/bench-trainer-up
 	$(BIN) up --out $(RUN_DIR)/bench-trainer-up >/dev/null
-	cd trainer && PYTHONPATH=src HF_HUB_OFFLINE=1 $(abspath $(TRAINER_PY)) -m a2farm_trainer.bench throughput \
+	cd trainer && PYTHONPATH=$(abspath trainer/src):$(abspath trainer/support) HF_HUB_OFFLINE=1 $(abspath $(TRAINER_PY)) -m a2farm_support.bench throughput \
 	  --shards $(abspath $(RUN_DIR))/bench-trainer-up/learner/shards --tokenizer $(QWEN3_TOKENIZER) | tee $(abspath $(RUN_DIR))/bench-trainer-throughput.json
-	cd trainer && PYTHONPATH=src $(abspath $(TRAINER_PY)) -m a2farm_trainer.bench loss-memory | tee $(abspath $(RUN_DIR))/bench-trainer-loss.json
+	cd trainer && PYTHONPATH=$(abspath trainer/src):$(abspath trainer/support) $(abspath $(TRAINER_PY)) -m a2farm_support.bench loss-memory | tee $(abspath $(RUN_DIR))/bench-trainer-loss.json
+	cd trainer && PYTHONPATH=$(abspath trainer/src):$(abspath trainer/support) HF_HUB_OFFLINE=1 $(abspath $(TRAINER_PY)) -m a2farm_support.bench layouts \
+	  --tokenizer $(QWEN3_TOKENIZER) --sequences 24 | tee $(abspath $(RUN_DIR))/bench-trainer-layouts.json
 
 .PHONY: lint
 lint: ## gofmt and go vet

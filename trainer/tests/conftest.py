@@ -130,7 +130,7 @@ def served_run(tmp_path_factory: pytest.TempPathFactory, a2farm_bin: str, tokeni
     subprocess.run([a2farm_bin, "sample", "--out", str(d / "sample")], check=True, capture_output=True)
     subprocess.run([a2farm_bin, "gold", "--dataset", str(d / "sample/dataset.jsonl"), "--repos", str(d / "sample/repos"),
                     "--out", str(d / "gt.jsonl")], check=True, capture_output=True)
-    from a2farm_trainer.serve import Server
+    from a2farm_support.serve import Server
 
     srv = Server(tokenizer, {"policy": scripted_policy(tokenizer)}).start()
     try:

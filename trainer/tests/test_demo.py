@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from a2farm_trainer.demo import windows
+from a2farm_support.demo import windows
 
 
 def test_windows_hold_each_reply_and_the_context_before_it() -> None:

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from a2farm_trainer.serve import Adapters, Server
+from a2farm_support.serve import Adapters, Server
 
 
 def varied_policy(tok):

@@ -171,6 +171,10 @@ def test_step_normalisation_does_not_depend_on_micro_batching(lm) -> None:
     one = step_loss(wrapper, seqs, "packed", 64).item()
     many = step_loss(wrapper, seqs, "packed", 15).item()
     assert one == pytest.approx(many, abs=1e-6)
+    # The reference trainer's layout: a micro-batch per sequence.
+    micro = packing.plan([len(s) for s in seqs], 64, "single", 7, 0)
+    assert all(len(m) == 1 for m in micro) and sorted(m[0] for m in micro) == list(range(len(seqs)))
+    assert step_loss(wrapper, seqs, "single", 64).item() == pytest.approx(one, abs=1e-6)
 
 
 def test_an_epochs_gradient_normalises_each_step_by_its_own_labelled_tokens(lm) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import torch
 
-from a2farm_trainer.serve import Adapters, Server, model_generator
+from a2farm_support.serve import Adapters, Server, model_generator
 
 
 def call(url: str, path: str, body: dict[str, Any] | None = None) -> tuple[int, Any]:

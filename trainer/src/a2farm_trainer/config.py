@@ -63,7 +63,8 @@ class TrainConfig:
                                  "instead of refusing them")
     token_budget: int = flag(16384, "tokens per micro-batch (padding included)")
     grad_accum: int = flag(1, "micro-batches per process per optimizer step")
-    packing: str = flag("packed", "sequences end to end in a row (per-sequence attention), or a padded row each",
+    packing: str = flag("packed", "sequences end to end in a row (per-sequence attention), a padded row each (as many "
+                                  "as fit --token-budget), or one sequence per micro-batch (the reference trainer's layout)",
                         choices=PACKING_MODES)
     normalise: str = flag("tokens", "loss ÷ labelled tokens of the step (the reference), or the mean over sequences "
                                     "of each sequence's own", choices=NORMALISATIONS)

@@ -6,7 +6,9 @@ restart at each sequence and no attention mask is passed, so Transformers
 attends within each sequence only (the varlen path under flash attention, a
 block-diagonal mask under SDPA and eager). ``padded``: a row per sequence,
 padded to the longest of the micro-batch, as many sequences as fit the same
-token budget — the usual collator, kept for comparison.
+token budget — the usual collator, kept for comparison. ``single``: one
+sequence per micro-batch, the published reference trainer's layout (its
+accumulation makes the step).
 
 A step is ``world × accumulation`` micro-batches; every rank gets the same
 number (the last step is filled with empty micro-batches) so collective
@@ -27,7 +29,7 @@ import torch
 
 from .shards import Sequence
 
-PACKING_MODES = ("packed", "padded")
+PACKING_MODES = ("packed", "padded", "single")
 NORMALISATIONS = ("tokens", "sequences")
 
 
@@ -78,6 +80,8 @@ def plan(lengths: list[int], budget: int, mode: str, seed: int, epoch: int) -> l
                 bins.append([i])
                 longest = n
         return bins
+    if mode == "single":
+        return [[i] for i in order]
     raise ValueError(f"packing mode {mode!r}")
 
 

@@ -19,7 +19,7 @@ into objects before the template sees them. A request for a name that is
 neither the model nor a loaded adapter is answered as vLLM answers it: 404,
 "The model `NAME` does not exist."
 
-    python -m a2farm_trainer.serve --model DIR --port 8000 [--lora-modules NAME=PATH ...]
+    python -m a2farm_support.serve --model DIR --port 8000 [--lora-modules NAME=PATH ...]
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
 
-from .render import template_message, template_tools
+
 
 THINK = re.compile(r"^\s*<think>(.*?)</think>\s*", re.S)
 TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
@@ -48,8 +48,32 @@ class Generator(Protocol):
 
 
 def request_messages(body: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
-    """The messages and tools of a request as the chat template gets them."""
-    return [template_message(m) for m in body.get("messages") or []], template_tools(body.get("tools"))
+    """The messages and tools of a request as vLLM hands them to the chat
+    template: each message as the request sent it, a missing content as
+    empty text, an assistant's tool-call arguments parsed from their JSON
+    text into objects (vLLM does so before rendering; text that is not JSON
+    stays text); the tools as sent. Written apart from the trainer's own
+    renderer, so that the trainer's message shards are checked against ids
+    this server produced its own way."""
+    messages = []
+    for m in body.get("messages") or []:
+        m = dict(m)
+        if m.get("content") is None:
+            m["content"] = ""
+        if m.get("tool_calls"):
+            calls = []
+            for c in m["tool_calls"]:
+                c = dict(c, function=dict(c.get("function") or {}))
+                args = c["function"].get("arguments")
+                if isinstance(args, str):
+                    try:
+                        c["function"]["arguments"] = json.loads(args) if args else {}
+                    except json.JSONDecodeError:
+                        pass
+                calls.append(c)
+            m["tool_calls"] = calls
+        messages.append(m)
+    return messages, body.get("tools") or None
 
 
 def parse_reply(text: str, eos: str) -> tuple[dict[str, Any], str]:
@@ -338,7 +362,7 @@ def model_generator(model: Any, tokenizer: Any, adapters: Adapters | None = None
 def main(argv: list[str] | None = None) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    p = argparse.ArgumentParser(prog="python -m a2farm_trainer.serve", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m a2farm_support.serve", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", required=True)
     p.add_argument("--served-model-name", help="name requests use (default: --model)")

@@ -6,7 +6,7 @@
 2. a tiny Qwen3-shaped model (random weights, Qwen3's tokenizer) is trained
    from scratch on those shards, every weight, for a few minutes, until it
    writes the teacher's tool calls;
-3. the stand-in server (``python -m a2farm_trainer.serve``) serves it;
+3. the stand-in server (``python -m a2farm_support.serve``) serves it;
 4. ``a2farm iterate`` runs the warm-up (the heuristic teacher again, adapter
    0) and two rollout–training iterations against that server on its
    embedded farm, this package's trainer training each adapter;
@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .errors import InputError
+from a2farm_trainer.errors import InputError
 
 
 def step(msg: str) -> None:
@@ -54,8 +54,8 @@ def conversations(shards: str, tok: Any) -> list[tuple[list[int], list[float]]]:
     from history) costs a sixth: the prompts' attention is most of it. The
     model learns its replies as the history renders them, which the next
     request then extends."""
-    from .render import template_message, template_tools
-    from .shards import Filter, find_shard_sets, read_rows
+    from a2farm_trainer.render import template_message, template_tools
+    from a2farm_trainer.shards import Filter, find_shard_sets, read_rows
 
     start, end = "<|im_start|>assistant\n", "<|im_end|>"
     out = []
@@ -119,7 +119,7 @@ def pretrain(shards: str, tokenizer_dir: str, out: str, seconds: float, seed: in
     import torch
     from transformers import AutoTokenizer, Qwen3Config, Qwen3ForCausalLM
 
-    from .loss import chunked_weighted_ce
+    from a2farm_trainer.loss import chunked_weighted_ce
 
     tok = AutoTokenizer.from_pretrained(tokenizer_dir)
     pieces = windows(conversations(shards, tok))
@@ -168,7 +168,7 @@ def serve(model_dir: str, name: str, log: Path) -> tuple[subprocess.Popen[bytes]
     import urllib.request
 
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "a2farm_trainer.serve", "--model", model_dir, "--served-model-name", name,
+    proc = subprocess.Popen([sys.executable, "-m", "a2farm_support.serve", "--model", model_dir, "--served-model-name", name,
                              "--port", str(port)], stdout=subprocess.DEVNULL, stderr=open(log, "wb"))
     url = f"http://127.0.0.1:{port}/v1"
     deadline = time.monotonic() + 120
@@ -206,7 +206,7 @@ def summary(report: Path) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m a2farm_trainer.demo", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m a2farm_support.demo", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--bin", default="bin/a2farm", help="the a2farm binary")
     p.add_argument("--tokenizer", required=True, help="a folder with Qwen3's tokenizer.json and tokenizer_config.json")
@@ -239,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
          f"up to {a.pretrain_seconds:.0f} s")
     pre = pretrain(str(out / "sft"), a.tokenizer, str(out / "model"), a.pretrain_seconds, a.seed)
 
-    step("3/5 the stand-in server serves it as 'tiny' (python -m a2farm_trainer.serve)")
+    step("3/5 the stand-in server serves it as 'tiny' (python -m a2farm_support.serve)")
     server, url = serve(str(out / "model"), "tiny", out / "serve.log")
     try:
         step(f"4/5 a2farm iterate: warm-up (heuristic teacher → adapter 0), then {a.iterations} iterations on the embedded farm")

@@ -1,20 +1,22 @@
 """Trainer measurements (``make bench-trainer``, docs/BENCHMARKS.md).
 
-  python -m a2farm_trainer.bench throughput --shards DIR --tokenizer DIR
+  python -m a2farm_support.bench throughput --shards DIR --tokenizer DIR
       packed vs padded tokens/s on the same shards, side by side in one run,
       through the real command (a tiny Qwen3-shaped model built here).
-  python -m a2farm_trainer.bench loss-memory
+  python -m a2farm_support.bench loss-memory
       time and peak memory of the naive, the checkpointed and the chunked
       loss (151,936-token vocabulary, up to 16,384 tokens, a frozen output
       layer as under LoRA), each in its own process, their loss and gradients
       compared with the naive one's.
-  python -m a2farm_trainer.bench eval-memory --shards DIR --tokenizer DIR
+  python -m a2farm_support.bench eval-memory --shards DIR --tokenizer DIR
       peak RSS of --eval-only on 2 M tokens of token shards (DIR's rows
       repeated).
-  python -m a2farm_trainer.bench gpu [--shape 1.7b|4b] [--seconds 240]
-      one GPU: a randomly initialised model of a 1.7B or 4B policy's shape,
-      LoRA, synthetic rollout-like sequences, packed vs padded: tokens/s and
-      peak memory, under five minutes.
+  python -m a2farm_support.bench layouts --tokenizer DIR [--shape tiny|1.7b|4b]
+      packed, padded and the reference trainer's layout (one sequence per
+      micro-batch, accumulation 8) side by side through a2farm-train's own
+      train() on rollout-like sequences of 2-16 K tokens: tokens/s, padding
+      share, peak memory; on a GPU (default shape 1.7b, bf16, activation
+      checkpointing) also MFU.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from typing import Any
 
 import torch
 
-from .config import DEFAULTS
+from a2farm_trainer.config import DEFAULTS
 
 VOCAB = 151936
 
@@ -50,8 +52,8 @@ def tiny_model(folder: str, tokenizer: str) -> str:
 
 
 def throughput(a: argparse.Namespace) -> dict[str, Any]:
-    from .config import TrainConfig
-    from .train import train
+    from a2farm_trainer.config import TrainConfig
+    from a2farm_trainer.train import train
 
     rows = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -77,7 +79,7 @@ def _loss_child(kind: str, tokens: int, hidden: int) -> None:
     training has it, and prints what it used. chunked: the trainer's loss
     (each chunk's gradient taken in the forward pass); checkpointed: chunks
     recomputed in the backward pass (what it did before)."""
-    from .loss import DEFAULT_CHUNK, checkpointed_chunks, chunked_weighted_ce, naive_weighted_ce
+    from a2farm_trainer.loss import DEFAULT_CHUNK, checkpointed_chunks, chunked_weighted_ce, naive_weighted_ce
 
     torch.manual_seed(0)
     head = torch.nn.Linear(hidden, VOCAB, bias=False).requires_grad_(False)
@@ -101,7 +103,7 @@ def loss_memory(a: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {"vocab": VOCAB, "hidden": a.hidden, "runs": []}
     for tokens in a.tokens:
         for kind in LOSS_KINDS:
-            cmd = [sys.executable, "-m", "a2farm_trainer.bench", "_loss-child", kind, str(tokens), str(a.hidden)]
+            cmd = [sys.executable, "-m", "a2farm_support.bench", "_loss-child", kind, str(tokens), str(a.hidden)]
             limit = int(a.limit_gib * (1 << 30))
             p = subprocess.run(cmd, capture_output=True, text=True,
                                preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit)))
@@ -132,7 +134,7 @@ def scaled_token_shards(src: str, dst: str, tokens: int) -> int:
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    from .shards import MANIFEST, file_sha256, find_shard_sets
+    from a2farm_trainer.shards import MANIFEST, file_sha256, find_shard_sets
 
     (s,) = [x for x in find_shard_sets([src]) if x.token_files]
     table = pa.concat_tables([pq.read_table(f.path) for f in s.token_files])
@@ -176,74 +178,113 @@ def eval_memory(a: argparse.Namespace) -> dict[str, Any]:
 
 
 SHAPES = {
-    # Qwen3-1.7B and Qwen3-4B as their configs give them.
+    # A tiny model of Qwen3's vocabulary, for CPUs; Qwen3-1.7B and Qwen3-4B
+    # as their configs give them.
+    "tiny": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2, head_dim=16, tie_word_embeddings=False),
     "1.7b": dict(hidden_size=2048, intermediate_size=6144, num_hidden_layers=28, num_attention_heads=16,
                  num_key_value_heads=8, head_dim=128, tie_word_embeddings=True),
     "4b": dict(hidden_size=2560, intermediate_size=9728, num_hidden_layers=36, num_attention_heads=32,
                num_key_value_heads=8, head_dim=128, tie_word_embeddings=True),
 }
 
+# bf16 dense peak of the GPUs the device tool lends (the vendors' figures).
+PEAK_BF16_FLOPS = {"H100": 989e12, "H200": 989e12}
 
-def gpu(a: argparse.Namespace) -> dict[str, Any]:
-    from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    from . import packing
-    from .model import LoraSettings, WeightedLM, loss_of, to_device, with_adapter
-    from .shards import Sequence
-    from .train import attention
+def write_token_shards(dst: str, seqs: list[tuple[list[int], list[float]]]) -> None:
+    """One shard set of token rows as the learner writes them (the columns
+    the trainer reads, the manifest with rows and sha256)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
 
-    if not torch.cuda.is_available():
-        raise SystemExit("bench gpu: no CUDA device")
-    dev = torch.device("cuda")
-    rng = random.Random(3407)
-    seqs = []
-    for _ in range(a.sequences):
-        n = rng.randint(a.min_len, a.max_len)
-        prompt = int(n * 0.8)
-        seqs.append(Sequence([rng.randrange(VOCAB) for _ in range(n)], [0.0] * prompt + [rng.uniform(0.1, 3.0) for _ in range(n - prompt)], "synthetic"))
-    results: dict[str, Any] = {"shape": a.shape, "sequences": len(seqs), "device": torch.cuda.get_device_name(0)}
-    attn = attention(a.attn)
-    results["attention"] = attn
-    for mode in ("packed", "padded"):
-        torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats()
-        cfg = Qwen3Config(vocab_size=VOCAB, max_position_embeddings=40960, **SHAPES[a.shape])
-        cfg._attn_implementation = attn
-        with torch.device(dev):
-            base = Qwen3ForCausalLM(cfg).to(torch.bfloat16)
-        base.config.use_cache = False
-        base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        base.enable_input_require_grads()
-        model = with_adapter(base, LoraSettings(), None, trainable=True)
-        wrapper = WeightedLM(model)
-        opt = torch.optim.AdamW([p for p in wrapper.parameters() if p.requires_grad], lr=5e-5)
-        micro = packing.plan([len(s) for s in seqs], a.token_budget, mode, 3407, 0)
-        trained = computed = 0
-        t0 = time.monotonic()
-        done = 0
-        for members in micro:
-            mb = to_device(packing.build(seqs, members, mode, {i: 1.0 / max(1, seqs[i].labelled()) for i in members}, 0), dev)
-            with torch.autocast("cuda", dtype=torch.bfloat16):
-                loss = loss_of(wrapper, mb)
-            loss.backward()
-            opt.step()
-            opt.zero_grad()
-            torch.cuda.synchronize()
-            trained += mb.tokens_trained
-            computed += mb.tokens_computed
-            done += 1
-            if time.monotonic() - t0 > a.seconds / 2:
-                break
-        secs = time.monotonic() - t0
-        results[mode] = {"micro_batches": done, "tokens_trained": trained, "tokens_computed": computed,
-                         "tokens_per_second": trained / secs, "seconds": secs,
-                         "peak_memory_bytes": torch.cuda.max_memory_allocated()}
-        del wrapper, model, base, opt
-    return results
+    from a2farm_trainer.shards import MANIFEST, READABLE_FORMATS, file_sha256
+
+    os.makedirs(dst, exist_ok=True)
+    n = len(seqs)
+    table = pa.table({
+        "job_id": [f"bench/0/i{i}/0" for i in range(n)], "run_id": ["bench"] * n, "iteration": pa.array([1] * n, pa.int64()),
+        "instance_id": [f"i{i}" for i in range(n)], "sample": pa.array([0] * n, pa.int64()),
+        "first_turn": pa.array([0] * n, pa.int64()), "last_turn": pa.array([0] * n, pa.int64()),
+        "input_ids": pa.array([ids for ids, _ in seqs], pa.list_(pa.int32())),
+        "loss_weights": pa.array([w for _, w in seqs], pa.list_(pa.float32())),
+    }).replace_schema_metadata({"a2farm.kind": "tokens"})
+    name = "tokens-00000.parquet"
+    pq.write_table(table, os.path.join(dst, name))
+    manifest = {"format_version": READABLE_FORMATS[-1], "files": [], "token_rows": n, "tokens": {"turns_without_ids": 0},
+                "token_files": [{"name": name, "rows": n, "sha256": file_sha256(os.path.join(dst, name))}]}
+    with open(os.path.join(dst, MANIFEST), "w", encoding="utf-8") as f:
+        json.dump(manifest, f)
+
+
+def rollout_like(n: int, shortest: int, longest: int, seed: int = 3407) -> list[tuple[list[int], list[float]]]:
+    """Sequences of a rollout's shape: lengths drawn from [shortest,
+    longest], the first 80% prompt (weight 0), the rest a reply's weights."""
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        length = rng.randint(shortest, longest)
+        prompt = int(length * 0.8)
+        out.append(([rng.randrange(VOCAB) for _ in range(length)],
+                    [0.0] * prompt + [round(rng.uniform(0.1, 3.0), 3) for _ in range(length - prompt)]))
+    return out
+
+
+# The layouts compared: a2farm-train's default, the usual padded collator,
+# and the reference trainer's (one sequence per micro-batch, accumulation 8).
+LAYOUTS = {"packed": {"packing": "packed"}, "padded": {"packing": "padded"},
+           "reference": {"packing": "single", "grad_accum": 8}}
+
+
+def layouts(a: argparse.Namespace) -> dict[str, Any]:
+    """The three layouts side by side, each one epoch of a2farm-train's own
+    train() on the same rollout-like token shards: tokens/s, the share of
+    computed tokens that are padding, peak memory, and on a GPU the model
+    FLOP utilisation (6 × parameters × tokens/s over the GPU's bf16 peak)."""
+    from transformers import AutoTokenizer, Qwen3Config, Qwen3ForCausalLM
+
+    from a2farm_trainer.config import TrainConfig
+    from a2farm_trainer.train import train
+
+    gpu = torch.cuda.is_available()
+    device = torch.cuda.get_device_name(0) if gpu else "cpu"
+    out: dict[str, Any] = {"shape": a.shape, "device": device, "sequences": a.sequences,
+                           "lengths": [a.min_len, a.max_len], "token_budget": a.token_budget, "runs": {}}
+    with tempfile.TemporaryDirectory() as tmp:
+        shards = os.path.join(tmp, "shards")
+        seqs = rollout_like(a.sequences, a.min_len, a.max_len)
+        write_token_shards(shards, seqs)
+        out["tokens"] = sum(len(ids) for ids, _ in seqs)
+        model = os.path.join(tmp, "model")
+        torch.manual_seed(0)
+        cfg = Qwen3Config(vocab_size=VOCAB, max_position_embeddings=max(40960, a.max_len), **SHAPES[a.shape])
+        m = Qwen3ForCausalLM(cfg).to(torch.bfloat16 if gpu else torch.float32)
+        params = sum(p.numel() for p in m.parameters())
+        m.save_pretrained(model)
+        del m
+        AutoTokenizer.from_pretrained(a.tokenizer).save_pretrained(model)
+        out["parameters"] = params
+        for name, layout in LAYOUTS.items():
+            if gpu:
+                torch.cuda.empty_cache()
+                torch.cuda.reset_peak_memory_stats()
+            tc = TrainConfig(shards=[shards], out=os.path.join(tmp, name), model=model, epochs=1, progress=False,
+                             token_budget=a.token_budget, max_length=a.max_len, warmup_steps=0, attn=a.attn,
+                             gradient_checkpointing=gpu, **layout)
+            man = train(tc)
+            tps = man["tokens_per_second"]
+            row = {"tokens_per_second": tps, "seconds": man["seconds"], "steps": len(man["steps"]),
+                   "padding_share": 1 - man["tokens"]["trained_over_computed"], "peak_memory_bytes": man["peak_memory_bytes"],
+                   "peak_memory_kind": man["peak_memory_kind"], "attention": man["engine"]["attention"]}
+            peak = next((v for k, v in PEAK_BF16_FLOPS.items() if k in device), None)
+            if gpu and peak:
+                row["mfu"] = 6 * params * tps / peak
+            out["runs"][name] = row
+    return out
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m a2farm_trainer.bench", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m a2farm_support.bench", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="what", required=True)
     t = sub.add_parser("throughput")
@@ -260,13 +301,13 @@ def main(argv: list[str] | None = None) -> None:
     em.add_argument("--shards", required=True, help="a shard set with token shards (a served run's replay)")
     em.add_argument("--tokenizer", required=True)
     em.add_argument("--tokens", type=int, default=2_000_000)
-    g = sub.add_parser("gpu")
-    g.add_argument("--shape", choices=sorted(SHAPES), default="1.7b")
+    g = sub.add_parser("layouts")
+    g.add_argument("--tokenizer", required=True)
+    g.add_argument("--shape", choices=sorted(SHAPES), default="1.7b" if torch.cuda.is_available() else "tiny")
     g.add_argument("--sequences", type=int, default=48)
     g.add_argument("--min-len", type=int, default=2048)
     g.add_argument("--max-len", type=int, default=DEFAULTS.max_length)
     g.add_argument("--token-budget", type=int, default=DEFAULTS.token_budget)
-    g.add_argument("--seconds", type=float, default=240)
     g.add_argument("--attn", default="auto")
     child = sub.add_parser("_loss-child")
     child.add_argument("kind")
@@ -276,10 +317,10 @@ def main(argv: list[str] | None = None) -> None:
     if a.what == "_loss-child":
         _loss_child(a.kind, a.tokens, a.hidden)
         return
-    from .cli import quiet_libraries
+    from a2farm_trainer.cli import quiet_libraries
 
     quiet_libraries()
-    result = {"throughput": throughput, "loss-memory": loss_memory, "eval-memory": eval_memory, "gpu": gpu}[a.what](a)
+    result = {"throughput": throughput, "loss-memory": loss_memory, "eval-memory": eval_memory, "layouts": layouts}[a.what](a)
     print(json.dumps(result, indent=1))
 
 
