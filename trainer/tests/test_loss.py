@@ -185,7 +185,8 @@ def test_an_epochs_gradient_normalises_each_step_by_its_own_labelled_tokens(lm) 
     from accelerate import Accelerator
 
     from a2farm_trainer.config import TrainConfig
-    from a2farm_trainer.train import Position, plan_steps, train_step
+    from a2farm_trainer.checkpoint import Position
+    from a2farm_trainer.train import plan_steps, train_step
 
     seqs = fixture_sequences(lm.config.vocab_size) + fixture_sequences(lm.config.vocab_size, seed=2)[:3]
     cfg = TrainConfig(shards=[], out="", model="", token_budget=16, max_length=16, grad_accum=2, max_grad_norm=0.0,

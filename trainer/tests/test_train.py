@@ -333,7 +333,7 @@ def test_a_resume_with_another_step_size_trains_every_sequence_once_per_epoch(ti
 def test_a_sharded_checkpoint_resumes_on_as_many_processes_only(saved: tuple[int, str], now: tuple[int, str],
                                                                  refused: bool) -> None:
     from a2farm_trainer.errors import InputError
-    from a2farm_trainer.train import Position, check_resumable
+    from a2farm_trainer.checkpoint import Position, check_resumable
 
     state = {"fingerprint": "f", "position": {"epoch": 1, "micro_batches": 3}, "processes": saved[0], "engine": saved[1]}
     if refused:

@@ -11,14 +11,16 @@ loss of every step, tokens per second, tokens trained ÷ computed, peak
 memory). The adapter is written beside ``--out`` and renamed into place, so
 ``--out`` holds a finished adapter or nothing. Ctrl-C saves a checkpoint in
 ``<out>.checkpoint`` and exits 130; ``--resume`` continues from it.
+
+This module is the loop: the plan of steps, ``train_step`` and ``train``.
+Its configuration is ``config.py``; checkpoints and the finished adapter
+``checkpoint.py``; experiment trackers ``tracking.py``.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import datetime as dt
-import hashlib
 import json
 import os
 import resource
@@ -27,21 +29,22 @@ import signal
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 import torch
 
 from . import dataset, packing
+from .checkpoint import (MANIFEST_NAME, STATE_NAME, Position, check_resumable, fingerprint, save_adapter,
+                         save_checkpoint)
 from .config import TrainConfig
 from .errors import InputError, Interrupted
 from .model import WeightedLM, LoraSettings, load_base, load_tokenizer, loss_of, to_device, with_adapter
 from .progress import Progress
 from .shards import Filter
+from .tracking import tracked, tracker_config, tracker_options, tracking
 
-MANIFEST_NAME = "train_manifest.json"
 MANIFEST_FORMAT = "a2farm-train/1"
-STATE_NAME = "trainer_state.json"
 
 
 def mixed_precision(precision: str) -> str:
@@ -97,17 +100,6 @@ def peak_memory() -> tuple[int, str]:
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024, "cpu (process peak RSS)"
 
 
-def fingerprint(cfg: TrainConfig, inputs: list[dict[str, Any]]) -> str:
-    """What a checkpoint must agree with to be resumed. The step size —
-    processes × --grad-accum — is not part of it: a resume re-plans the
-    untrained micro-batches into steps of its own (Position)."""
-    h = cfg.hyperparameters()
-    h.pop("out")
-    h.pop("grad_accum")
-    blob = json.dumps({"h": h, "inputs": [(f["path"], f["sha256"]) for f in inputs]}, sort_keys=True)
-    return hashlib.sha256(blob.encode()).hexdigest()
-
-
 def read_inputs(cfg: TrainConfig) -> tuple[Any, dataset.Inputs]:
     """The tokenizer and the checked sequences of cfg's shards (ids checked
     against the model's vocabulary), for training and evaluation alike."""
@@ -123,23 +115,6 @@ def read_inputs(cfg: TrainConfig) -> tuple[Any, dataset.Inputs]:
     return tok, data
 
 
-@dataclass
-class Position:
-    """Where a run stands: the epoch, and how many of its micro-batches are
-    trained. An epoch's micro-batches depend on the sequences, --token-budget,
-    --packing and --seed only, never on the process count or --grad-accum, so
-    a run resumed with another step size trains each planned sequence exactly
-    once per epoch all the same."""
-
-    epoch: int = 0
-    micro_batches: int = 0
-
-    def after(self, epoch: int, step: list[list[int]]) -> "Position":
-        """The position once step (a step of epoch) is trained."""
-        trained = sum(1 for members in step if members)  # not the empty fill
-        return Position(epoch, (self.micro_batches if epoch == self.epoch else 0) + trained)
-
-
 def plan_steps(seqs: list[Any], cfg: TrainConfig, per_step: int, start: Position) -> list[tuple[int, list[list[int]]]]:
     """The optimizer steps left from start, each (epoch, per_step
     micro-batches): the untrained micro-batches of start's epoch, then every
@@ -152,27 +127,6 @@ def plan_steps(seqs: list[Any], cfg: TrainConfig, per_step: int, start: Position
             micro = micro[start.micro_batches:]
         out += [(epoch, st) for st in packing.steps(micro, per_step)]
     return out
-
-
-# Engines that keep a shard of the optimizer state per process: their
-# checkpoint loads only into as many processes as saved it.
-SHARDED_ENGINES = ("DEEPSPEED", "FSDP")
-
-
-def check_resumable(state: dict[str, Any], ckpt: str, fp: str, processes: int, engine: str) -> Position:
-    """Where a checkpoint's run stands, or why it cannot be continued here."""
-    if state.get("fingerprint") != fp:
-        raise InputError(f"--resume: the checkpoint in {ckpt} was made with other shards or settings; "
-                         "resume with the same flags, or remove it to start again")
-    if "position" not in state:
-        raise InputError(f"--resume: the checkpoint in {ckpt} does not record where its epoch stands (an older "
-                         "a2farm-train wrote it): resume it with that version, or remove it to start again")
-    saved, saved_engine = int(state["processes"]), str(state["engine"])
-    if saved != processes and (saved_engine in SHARDED_ENGINES or engine in SHARDED_ENGINES):
-        raise InputError(f"--resume: the checkpoint in {ckpt} was saved by {saved} processes under {saved_engine}, "
-                         f"this run has {processes} under {engine}: sharded engines keep one shard of the optimizer "
-                         f"state per process, so resume it with {saved} processes")
-    return Position(**state["position"])
 
 
 @dataclass
@@ -218,48 +172,6 @@ def train_step(acc: Any, wrapper: Any, optimizer: Any, cfg: TrainConfig, seqs: l
         counts += torch.tensor([mb.tokens_trained, mb.tokens_computed, mb.labelled], device=acc.device, dtype=torch.float64)
     c = acc.reduce(counts, reduction="sum").tolist()
     return StepResult(acc.reduce(loss_sum, reduction="sum").item(), int(c[0]), int(c[1]), int(c[2]), grad_norm)
-
-
-def tracker_options(cfg: TrainConfig) -> dict[str, Any]:
-    """Accelerator arguments for --report-to. Accelerate drops a tracker
-    whose package is missing with a debug line; here that is an error."""
-    if cfg.report_to == "none":
-        return {}
-    from accelerate.tracking import get_available_trackers
-
-    if cfg.report_to not in [str(t) for t in get_available_trackers()]:
-        raise InputError(f"--report-to {cfg.report_to}: the {cfg.report_to} package is not installed here "
-                         f"(pip install {cfg.report_to})")
-    return {"log_with": cfg.report_to, "project_dir": cfg.tracking_dir()}
-
-
-def tracker_config(cfg: TrainConfig) -> dict[str, Any]:
-    """The hyperparameters as trackers store them: numbers and strings."""
-    out: dict[str, Any] = {}
-    for k, v in cfg.hyperparameters().items():
-        out[k] = ",".join(map(str, v)) if isinstance(v, list) else ("" if v is None else v)
-    return out
-
-
-# What each step sends the tracker, from its record in the manifest.
-TRACKED = {"loss": "train/loss", "lr": "train/learning_rate", "grad_norm": "train/grad_norm",
-           "labelled": "train/labelled_tokens", "weight_mean": "train/weight_mean", "weight_max": "train/weight_max"}
-
-
-def tracked(rec: dict[str, Any]) -> dict[str, float]:
-    values = {name: float(rec[k]) for k, name in TRACKED.items() if rec.get(k) is not None}
-    values["train/tokens_per_second"] = rec["tokens_trained"] / rec["seconds"] if rec["seconds"] else 0.0
-    return values
-
-
-@contextlib.contextmanager
-def tracking(acc: Any, cfg: TrainConfig) -> Iterator[None]:
-    """Flushes and closes the trackers however training ends (Ctrl-C too)."""
-    try:
-        yield
-    finally:
-        if cfg.report_to != "none":
-            acc.end_training()
 
 
 def step_weights(seqs: list[Any], step: list[list[int]]) -> tuple[float, float]:
@@ -467,61 +379,3 @@ def versions() -> dict[str, str]:
 
     return {"torch": torch.__version__, "transformers": transformers.__version__, "peft": peft.__version__,
             "accelerate": accelerate.__version__, "python": sys.version.split()[0]}
-
-
-def save_checkpoint(acc: Any, ckpt: str, state: dict[str, Any]) -> None:
-    """Engine state (model, optimizer, scheduler, random generators) and where
-    training stands (state: the plan's fingerprint, steps, position, and the
-    processes and accumulation it was taken with); written to a new folder
-    and renamed over the old one."""
-    tmp = ckpt + ".tmp"
-    if acc.is_main_process and os.path.exists(tmp):
-        shutil.rmtree(tmp)
-    acc.wait_for_everyone()
-    acc.save_state(tmp)
-    if acc.is_main_process:
-        with open(os.path.join(tmp, STATE_NAME), "w", encoding="utf-8") as f:
-            json.dump(state, f)
-        if os.path.exists(ckpt):
-            shutil.rmtree(ckpt)
-        os.replace(tmp, ckpt)
-    acc.wait_for_everyone()
-
-
-def adapter_state(acc: Any, wrapper: Any) -> dict[str, torch.Tensor]:
-    """The PEFT model's state on the main process, whole. Under ZeRO-3 only
-    the trainable (adapter) parameters are gathered, not the base model:
-    Accelerate's own gather would assemble every base weight in 16 bits on one
-    process, and refuses unless the config asked for it."""
-    from accelerate.utils import DistributedType
-
-    ds = acc.state.deepspeed_plugin
-    if acc.distributed_type == DistributedType.DEEPSPEED and ds is not None and ds.zero_stage == 3:
-        import deepspeed
-
-        model = acc.unwrap_model(wrapper).model
-        trainable = {n: p for n, p in model.named_parameters() if p.requires_grad}
-        with deepspeed.zero.GatheredParameters(list(trainable.values()), modifier_rank=None):
-            return {n: p.detach().to("cpu", copy=True) for n, p in trainable.items()}
-    state = acc.get_state_dict(wrapper)  # gathers FSDP shards
-    return {k[len("model."):]: v for k, v in state.items() if k.startswith("model.")}
-
-
-def save_adapter(acc: Any, wrapper: Any, out: str, manifest: dict[str, Any], overwrite: bool) -> None:
-    """Writes the adapter and its manifest into a sibling folder, then renames
-    it to out: out holds a finished adapter or nothing."""
-    own = adapter_state(acc, wrapper)  # every rank calls it: it gathers shards
-    if acc.is_main_process:
-        tmp = out + ".partial"
-        if os.path.exists(tmp):
-            shutil.rmtree(tmp)
-        peft_model = acc.unwrap_model(wrapper).model
-        peft_model.save_pretrained(tmp, state_dict=own, safe_serialization=True)
-        with open(os.path.join(tmp, MANIFEST_NAME), "w", encoding="utf-8") as f:
-            json.dump(manifest, f, indent=1)
-            f.write("\n")
-        if os.path.exists(out) and overwrite:
-            shutil.rmtree(out)
-        os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
-        os.replace(tmp, out)
-    acc.wait_for_everyone()
