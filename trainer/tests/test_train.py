@@ -414,6 +414,18 @@ def test_bad_input_is_refused_with_one_line_and_exit_2(name: str, damage: Callab
     assert not out.exists() and not Path(str(out) + ".partial").exists()
 
 
+def test_a_missing_shard_folder_is_said_before_the_model_is_looked_up(tmp_path: Path,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """A wrong shard path is the first thing said: the model name is not
+    looked up at all (a hub name that is not there costs a minute of retries
+    online; the test runs offline, where it fails at once but names the model)."""
+    missing = tmp_path / "no-such-shards"
+    assert run(["--model", "no-such-org/no-such-model", "--out", str(tmp_path / "a"), str(missing), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert f"{missing}: no such file or folder" in err, err
+    assert "no-such-model" not in err, err
+
+
 def test_truncate_keeps_the_labelled_tail(tiny_model: str, token_shards: Path, tmp_path: Path,
                                           capsys: pytest.CaptureFixture[str]) -> None:
     """--truncate cuts a long sequence's start — prompt tokens — and keeps the

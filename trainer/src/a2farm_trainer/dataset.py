@@ -41,13 +41,16 @@ class Inputs:
 
 
 def load(paths: list[str], flt: Filter, tokenizer: Tokenizer | None, *, max_length: int, input_kind: str = "auto",
-         render_mode: str = "template", truncate: bool = False, vocab_size: int | None = None) -> Inputs:
-    """Reads, checks and renders every shard set at or under paths."""
+         render_mode: str = "template", truncate: bool = False, vocab_size: int | None = None,
+         sets: list[ShardSet] | None = None) -> Inputs:
+    """Reads, checks and renders every shard set at or under paths (sets:
+    those paths' sets, when the caller found and checked them already)."""
     if input_kind not in INPUT_KINDS:
         raise InputError(f"--input {input_kind!r}: expected one of {', '.join(INPUT_KINDS)}")
     if render_mode not in RENDER_MODES:
         raise InputError(f"--render {render_mode!r}: expected one of {', '.join(RENDER_MODES)}")
-    sets = find_shard_sets(paths)
+    if sets is None:
+        sets = find_shard_sets(paths)
     out = Inputs([])
     for s in sets:
         kind = _kind(s, input_kind)

@@ -41,7 +41,7 @@ from .config import TrainConfig
 from .errors import InputError, Interrupted
 from .model import WeightedLM, LoraSettings, load_base, load_tokenizer, loss_of, to_device, with_adapter
 from .progress import Progress
-from .shards import Filter
+from .shards import Filter, find_shard_sets
 from .tracking import tracked, tracker_config, tracker_options, tracking
 
 MANIFEST_FORMAT = "a2farm-train/1"
@@ -105,13 +105,17 @@ def read_inputs(cfg: TrainConfig) -> tuple[Any, dataset.Inputs]:
     against the model's vocabulary), for training and evaluation alike."""
     from transformers import AutoConfig
 
+    # The shards first: a wrong path is said at once, before a model name is
+    # looked up (on a hub, that can take a minute of retries).
+    sets = find_shard_sets(cfg.shards)
     tok = load_tokenizer(cfg.tokenizer or cfg.model)
     try:
         vocab = AutoConfig.from_pretrained(cfg.model).vocab_size
     except (OSError, ValueError) as e:
         raise InputError(f"--model {cfg.model}: cannot be loaded ({str(e).splitlines()[0]})") from None
     data = dataset.load(cfg.shards, Filter(tuple(cfg.runs), tuple(cfg.iterations)), tok, input_kind=cfg.input,
-                        render_mode=cfg.render, max_length=cfg.max_length, truncate=cfg.truncate, vocab_size=vocab)
+                        render_mode=cfg.render, max_length=cfg.max_length, truncate=cfg.truncate, vocab_size=vocab,
+                        sets=sets)
     return tok, data
 
 
