@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -21,6 +23,7 @@ import (
 	"github.com/a2farm/a2farm/internal/bus"
 	"github.com/a2farm/a2farm/internal/gitrepo"
 	"github.com/a2farm/a2farm/internal/llm"
+	"github.com/a2farm/a2farm/internal/tbevents"
 	"github.com/a2farm/a2farm/learner"
 	"github.com/a2farm/a2farm/learner/metrics"
 	"github.com/a2farm/a2farm/learner/shard"
@@ -48,6 +51,7 @@ type iterateOptions struct {
 	workers, concurrency, evalSamples int
 	resume                            bool
 	trainerGrace, shardTimeout        time.Duration
+	reportTo, loggingDir              string
 }
 
 func newIterateCmd(e *env) *cobra.Command {
@@ -103,7 +107,7 @@ the step it stopped in, never repeating a finished one.`,
 	f.StringVar(&o.out, "out", "", "the driver's folder: state, adapters, evaluations, report")
 	f.IntVar(&o.iterations, "iterations", 3, "rollout–training iterations")
 	f.IntVar(&o.samples, "samples", 8, "rollouts per instance and iteration")
-	f.StringVar(&o.trainer, "trainer", iterate.DefaultTrainer, "trainer command template, run by /bin/sh; placeholders {model} {init} {out} {shards} {run} {iteration} {resume} {sft}")
+	f.StringVar(&o.trainer, "trainer", iterate.DefaultTrainer, "trainer command template, run by /bin/sh; placeholders {model} {init} {out} {shards} {run} {iteration} {resume} {sft} {report}")
 	f.StringVar(&o.trainModel, "train-model", "", "the base model the trainer loads (a Hugging Face folder or name; default --model)")
 	f.StringVar(&o.initAdapter, "init-adapter", "", "adapter 0 (the SFT warm-up's), served for iteration 1 and trained from")
 	f.StringVar(&o.teacher, "teacher", "", "warm-up first: this model (or heuristic, the built-in policy) plays the training set, and adapter 0 is trained on its SFT shards")
@@ -118,6 +122,8 @@ the step it stopped in, never repeating a finished one.`,
 	f.BoolVar(&o.resume, "resume", false, "continue the driver's state in --out")
 	f.DurationVar(&o.trainerGrace, "trainer-grace", 2*time.Minute, "after Ctrl-C, how long the trainer may take to save its checkpoint before it is killed")
 	f.DurationVar(&o.shardTimeout, "shard-timeout", 10*time.Minute, "how long to wait for the learner to shard an iteration once every job has a trajectory")
+	f.StringVar(&o.reportTo, "report-to", "none", "tensorboard: one dashboard for the loop — each iteration's rollout, training and evaluation, and the trainer's steps ({report}) — in --logging-dir; none: no dashboard")
+	f.StringVar(&o.loggingDir, "logging-dir", "", "the dashboard's folder (default <out>/logs; tensorboard --logdir it)")
 	return cmd
 }
 
@@ -157,6 +163,10 @@ func runIterate(ctx context.Context, e *env, o *iterateOptions) (err error) {
 		o.evalRepos = o.reposDir
 	}
 	if err := o.checkTeacher(); err != nil {
+		return err
+	}
+	dash, err := o.dashboard()
+	if err != nil {
 		return err
 	}
 	if o.initAdapter != "" {
@@ -254,6 +264,10 @@ func runIterate(ctx context.Context, e *env, o *iterateOptions) (err error) {
 		s.bus, s.shards = member.bus, o.shardsDir
 	}
 
+	s.logs = dash.dir
+	defer dash.close(e)
+	ranNow := map[int]bool{} // iterations with a step run by this process: the dashboard has the others already
+
 	reportPath := filepath.Join(o.out, "report.jsonl")
 	initial := iterate.Base
 	if o.initAdapter != "" {
@@ -267,9 +281,15 @@ func runIterate(ctx context.Context, e *env, o *iterateOptions) (err error) {
 				fmt.Fprintf(e.stderr, "%s: %s…\n", iterationName(k), step)
 			case finished:
 				fmt.Fprintf(e.stderr, "%s: %s done\n", iterationName(k), step)
+				ranNow[k] = true
 			}
 		},
-		OnRow: func(r iterate.Row) { printIterationRow(e, r) }})
+		OnRow: func(r iterate.Row) {
+			printIterationRow(e, r)
+			if ranNow[r.Iteration] {
+				dash.row(e, r)
+			}
+		}})
 	if werr := writeIterateReport(reportPath, rows); werr != nil && err == nil {
 		err = werr
 	}
@@ -351,6 +371,69 @@ func isAdapter(dir string) error {
 	return nil
 }
 
+// dashboard writes each iteration's row as TensorBoard scalars (step =
+// iteration) into dir/iterate, beside the trainer's runs dir/it<k>; with
+// --report-to none it writes nothing (dir empty).
+type dashboard struct {
+	dir string
+	w   *tbevents.Writer
+}
+
+func (o *iterateOptions) dashboard() (*dashboard, error) {
+	switch o.reportTo {
+	case "none":
+		return &dashboard{}, nil
+	case "tensorboard":
+		dir := o.loggingDir
+		if dir == "" {
+			dir = filepath.Join(o.out, "logs")
+		}
+		abs, err := filepath.Abs(dir)
+		return &dashboard{dir: abs}, err
+	}
+	return nil, usagef("--report-to %q: want tensorboard or none (iterate writes TensorBoard's files; wandb sync --sync-tensorboard takes them to wandb)", o.reportTo)
+}
+
+// row plots r; a dashboard that cannot be written is said once, and the
+// loop goes on (it is a view of report.jsonl, not the record).
+func (d *dashboard) row(e *env, r iterate.Row) {
+	if d.dir == "" {
+		return
+	}
+	err := d.open()
+	scalars := r.Scalars()
+	tags := slices.Sorted(maps.Keys(scalars))
+	for _, tag := range tags {
+		if err == nil {
+			err = d.w.Scalar(tag, int64(r.Iteration), scalars[tag])
+		}
+	}
+	if err == nil {
+		err = d.w.Flush()
+	}
+	if err != nil {
+		e.log.Warn().Err(err).Str("dir", d.dir).Msg("dashboard not written; report.jsonl has the figures")
+		d.dir = ""
+	}
+}
+
+func (d *dashboard) open() error {
+	if d.w != nil {
+		return nil
+	}
+	w, err := tbevents.Create(filepath.Join(d.dir, "iterate"))
+	d.w = w
+	return err
+}
+
+func (d *dashboard) close(e *env) {
+	if d.w != nil {
+		if err := d.w.Close(); err != nil {
+			e.log.Warn().Err(err).Msg("dashboard not closed cleanly")
+		}
+	}
+}
+
 // iterateSteps does iterate's steps against a farm.
 type iterateSteps struct {
 	e        *env
@@ -364,6 +447,7 @@ type iterateSteps struct {
 	learn    learner.Config
 	bus      *bus.Bus
 	shards   string // the learner's shards tree
+	logs     string // the dashboard's folder, handed to the trainer as {report}; empty: none
 	// farmFailed: an embedded farm's roles report a fatal error here (nil
 	// for a running farm's, whose operator sees them).
 	farmFailed <-chan error
@@ -517,7 +601,7 @@ func (s *iterateSteps) runTrainer(ctx context.Context, k int, v iterate.TrainerV
 	if isAdapter(final) == nil {
 		return trainStats(final)
 	}
-	v.Out = final + ".partial"
+	v.Out, v.Logs = final+".partial", s.logs
 	if _, err := os.Stat(filepath.Join(v.Out, trainManifestName)); err != nil {
 		if err := os.RemoveAll(v.Out); err != nil {
 			return iterate.TrainResult{}, err
@@ -599,9 +683,12 @@ func (s *iterateSteps) Evaluate(ctx context.Context, k int, a iterate.Adapter) (
 		return iterate.EvalResult{}, false, err
 	}
 	stats := metrics.TrajectoryStats(res.Trajectories, gs, s.e.languages)
-	r := iterate.EvalResult{Instances: rep.Instances, F1: map[string]float64{}, DCGapFile: stats["file.dc_gap"]}
+	r := iterate.EvalResult{Instances: rep.Instances, F1: map[string]float64{}, Precision: map[string]float64{},
+		Recall: map[string]float64{}, DCGapFile: stats["file.dc_gap"]}
 	for _, level := range []string{"file", "module", "function"} {
 		r.F1[level] = rep.Overall[level+".f1"]
+		r.Precision[level] = rep.Overall[level+".precision@k"]
+		r.Recall[level] = rep.Overall[level+".recall@k"]
 	}
 	return r, true, nil
 }

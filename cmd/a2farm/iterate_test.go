@@ -164,9 +164,24 @@ func TestAHalfWrittenAdapterIsTrainedAgain(t *testing.T) {
 	}
 
 	// A trainer that finishes: its folder is installed as adapter 1.
-	code, _, errOut = run(t, f.args("mkdir -p {out} && touch {out}/adapter_config.json", "--resume")...)
+	// It finishes with the dashboard on: the trainer gets {report}, and the
+	// driver writes its own event file beside the trainer's runs.
+	code, _, errOut = run(t, f.args("mkdir -p {out} && touch {out}/adapter_config.json && echo {report} > {out}/report-flags",
+		"--resume", "--report-to", "tensorboard")...)
 	if code != 0 {
 		t.Fatalf("resume with a trainer that finishes: exit %d\n%s", code, errOut)
+	}
+	logs := filepath.Join(f.out, "logs")
+	if data, err := os.ReadFile(filepath.Join(it1, "report-flags")); err != nil ||
+		strings.TrimSpace(string(data)) != "--report-to tensorboard --logging-dir "+logs+" --tracker-run it1" {
+		t.Errorf("the trainer's {report}: %q, %v", data, err)
+	}
+	if events, _ := filepath.Glob(filepath.Join(logs, "iterate", "events.out.tfevents.*")); len(events) != 1 {
+		t.Errorf("the driver's event files: %v, want one", events)
+	}
+	if code, _, errOut := run(t, f.args("exit 0 {out}", "--resume", "--report-to", "wandb")...); code != exitUsage ||
+		!strings.Contains(errOut, `--report-to "wandb": want tensorboard or none`) {
+		t.Errorf("--report-to wandb: exit %d\n%s", code, errOut)
 	}
 	for _, k := range []string{"it1", "it2"} {
 		if err := isAdapter(filepath.Join(f.out, "adapters", k)); err != nil {

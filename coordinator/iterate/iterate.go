@@ -141,6 +141,9 @@ type TrainResult struct {
 type EvalResult struct {
 	Instances int                `json:"instances"`
 	F1        map[string]float64 `json:"f1"`
+	// Precision and Recall are the same levels' precision@k and recall@k.
+	Precision map[string]float64 `json:"precision,omitempty"`
+	Recall    map[string]float64 `json:"recall,omitempty"`
 	DCGapFile float64            `json:"dc_gap_file"`
 }
 
@@ -151,6 +154,45 @@ type Row struct {
 	Train     *TrainResult     `json:"train,omitempty"`
 	Eval      *EvalResult      `json:"eval,omitempty"`
 	Seconds   map[Step]float64 `json:"seconds"`
+}
+
+// Scalars are the row's figures as a dashboard plots them, by tag: the
+// rollout's, the training's, the evaluation's at each level, and each
+// step's seconds. What the row lacks (a skipped training, no evaluation)
+// is left out.
+func (r Row) Scalars() map[string]float64 {
+	out := map[string]float64{}
+	if ro := r.Rollout; ro != nil {
+		out["rollout/trajectories"] = float64(ro.Trajectories)
+		out["rollout/rows"] = float64(ro.Rows)
+		out["rollout/advantage_mean"] = ro.AdvantageMean
+		out["rollout/advantage_std"] = ro.AdvantageStd
+		out["rollout/weight_mean"] = ro.WeightMean
+		out["rollout/dc_gap_file"] = ro.DCGapFile
+		if ro.Tries > 0 {
+			out["rollout/teacher_tries"] = float64(ro.Tries)
+			out["rollout/teacher_solved"] = float64(ro.Solved)
+		}
+	}
+	if t := r.Train; t != nil && t.Skipped == "" && t.Steps > 0 {
+		out["train/steps"] = float64(t.Steps)
+		out["train/loss_first"] = t.LossFirst
+		out["train/loss_last"] = t.LossLast
+		out["train/seconds_per_step"] = t.SecondsPerStep
+		out["train/tokens_per_second"] = t.TokensPerSecond
+	}
+	if ev := r.Eval; ev != nil {
+		for name, m := range map[string]map[string]float64{"f1": ev.F1, "precision": ev.Precision, "recall": ev.Recall} {
+			for level, v := range m {
+				out["eval/"+level+"_"+name] = v
+			}
+		}
+		out["eval/dc_gap_file"] = ev.DCGapFile
+	}
+	for step, secs := range r.Seconds {
+		out["seconds/"+string(step)] = secs
+	}
+	return out
 }
 
 // Done is one finished step.

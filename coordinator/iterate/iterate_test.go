@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -198,6 +199,8 @@ func TestTrainerCommand(t *testing.T) {
 			want: "a2farm-train --model Qwen/Qwen3-4B --init-adapter /a/it0 --out /a/it1 --run r --iteration 1 /s"},
 		{template: DefaultTrainer, vars: TrainerVars{Model: "m", Out: "/a/it0", Shards: "/w/shards", Run: "r", SFT: true, Resume: true},
 			want: "a2farm-train --model m --out /a/it0 --run r --iteration 0 --sft --resume /w/shards"},
+		{template: DefaultTrainer, vars: TrainerVars{Model: "m", Out: "/a/it2.partial", Shards: "/s", Run: "r", Iteration: 2, Logs: "/a b/logs"},
+			want: "a2farm-train --model m --out /a/it2.partial --run r --iteration 2 --report-to tensorboard --logging-dir '/a b/logs' --tracker-run it2 /s"},
 		{template: "train {out} {shards}", vars: TrainerVars{Out: "/my adapters/it's", Shards: "/s"},
 			want: `train '/my adapters/it'\''s' /s`},
 		{template: "train {shards}", err: "has no {out}"},
@@ -277,4 +280,29 @@ func waitFor(t *testing.T, cond func() bool) {
 func readFile(path string) (string, error) {
 	data, err := os.ReadFile(path)
 	return string(data), err
+}
+
+// TestARowsScalars: what a dashboard gets of a row — a skipped training and
+// a missing evaluation are left out, not plotted as zeros.
+func TestARowsScalars(t *testing.T) {
+	row := Row{Iteration: 2,
+		Rollout: &RolloutResult{Trajectories: 12, Rows: 30, AdvantageMean: 0.1, AdvantageStd: 0.5, WeightMean: 1.2, DCGapFile: 0.25},
+		Train:   &TrainResult{Adapter: "a", Steps: 4, LossFirst: 2, LossLast: 1.5, SecondsPerStep: 3, TokensPerSecond: 900},
+		Eval: &EvalResult{Instances: 6, F1: map[string]float64{"file": 0.5, "module": 0.25, "function": 0.125},
+			Precision: map[string]float64{"file": 0.4}, Recall: map[string]float64{"file": 0.6}, DCGapFile: 0.3},
+		Seconds: map[Step]float64{StepServe: 1, StepRollout: 20}}
+	want := map[string]float64{"rollout/trajectories": 12, "rollout/rows": 30, "rollout/advantage_mean": 0.1,
+		"rollout/advantage_std": 0.5, "rollout/weight_mean": 1.2, "rollout/dc_gap_file": 0.25,
+		"train/steps": 4, "train/loss_first": 2, "train/loss_last": 1.5, "train/seconds_per_step": 3, "train/tokens_per_second": 900,
+		"eval/file_f1": 0.5, "eval/module_f1": 0.25, "eval/function_f1": 0.125, "eval/file_precision": 0.4, "eval/file_recall": 0.6,
+		"eval/dc_gap_file": 0.3, "seconds/serve": 1, "seconds/rollout": 20}
+	if got := row.Scalars(); !maps.Equal(got, want) {
+		t.Errorf("scalars\n%v\nwant\n%v", got, want)
+	}
+	row.Train, row.Eval = &TrainResult{Adapter: "a", Skipped: "no row"}, nil
+	for tag := range row.Scalars() {
+		if strings.HasPrefix(tag, "train/") || strings.HasPrefix(tag, "eval/") {
+			t.Errorf("a skipped training and no evaluation still plot %s", tag)
+		}
+	}
 }

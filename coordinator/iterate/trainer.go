@@ -13,8 +13,9 @@ import (
 
 // DefaultTrainer is the trainer command template: a2farm-train on one
 // machine. Every {name} is replaced by the value of the iteration, shell-
-// quoted; {init} and {resume} expand to whole flags or to nothing.
-const DefaultTrainer = "a2farm-train --model {model} {init} --out {out} --run {run} --iteration {iteration} {sft} {resume} {shards}"
+// quoted; {init}, {resume}, {sft} and {report} expand to whole flags or to
+// nothing.
+const DefaultTrainer = "a2farm-train --model {model} {init} --out {out} --run {run} --iteration {iteration} {sft} {resume} {report} {shards}"
 
 // TrainerVars are the values a trainer command template receives.
 type TrainerVars struct {
@@ -26,6 +27,9 @@ type TrainerVars struct {
 	Iteration int
 	Resume    bool // the trainer left a checkpoint: continue it
 	SFT       bool // the warm-up: SFT shards
+	// Logs, when set, is the folder of the loop's TensorBoard dashboard:
+	// the trainer logs its steps there as run it<k>, beside the driver's own.
+	Logs string
 }
 
 // TrainerCommand expands a template into a shell command line.
@@ -42,9 +46,14 @@ func TrainerCommand(template string, v TrainerVars) (string, error) {
 	if v.SFT {
 		sft = "--sft"
 	}
+	report := ""
+	if v.Logs != "" {
+		report = fmt.Sprintf("--report-to tensorboard --logging-dir %s --tracker-run it%d", quote(v.Logs), v.Iteration)
+	}
 	vars := map[string]string{
 		"{model}": quote(v.Model), "{init}": init, "{out}": quote(v.Out), "{shards}": quote(v.Shards),
 		"{run}": quote(v.Run), "{iteration}": fmt.Sprint(v.Iteration), "{resume}": resume, "{sft}": sft,
+		"{report}": report,
 	}
 	if !strings.Contains(template, "{out}") {
 		return "", fmt.Errorf("trainer template %q has no {out}: the driver must say where adapter k goes", template)
@@ -61,7 +70,7 @@ func TrainerCommand(template string, v TrainerVars) (string, error) {
 	out := strings.NewReplacer(pairs...).Replace(template)
 	if i := strings.IndexByte(out, '{'); i >= 0 {
 		if j := strings.IndexByte(out[i:], '}'); j > 0 && !strings.ContainsAny(out[i:i+j], " \t") {
-			return "", fmt.Errorf("trainer template: unknown placeholder %s (known: {model} {init} {out} {shards} {run} {iteration} {resume} {sft})", out[i:i+j+1])
+			return "", fmt.Errorf("trainer template: unknown placeholder %s (known: {model} {init} {out} {shards} {run} {iteration} {resume} {sft} {report})", out[i:i+j+1])
 		}
 	}
 	return strings.Join(strings.Fields(out), " "), nil

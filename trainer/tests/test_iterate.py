@@ -98,7 +98,7 @@ def loop(tmp_path: Path, a2farm_bin: str, tiny_model: str, tokenizer):
 
     src = str(Path(a2farm_trainer.__file__).resolve().parents[1])
     trainer = (f"{sys.executable} -m a2farm_trainer --model {{model}} {{init}} --out {{out}} --run {{run}} "
-               "--iteration {iteration} {resume} {shards} --no-progress --lr 5e-3 --warmup-steps 0 --epochs 1 "
+               "--iteration {iteration} {resume} {report} {shards} --no-progress --lr 5e-3 --warmup-steps 0 --epochs 1 "
                "--token-budget 8000 --max-length 8000")
     args = [a2farm_bin, "iterate", "--run", "r", "--dataset", str(sample / "dataset.jsonl"), "--repos", str(sample / "repos"),
             "--eval-dataset", str(sample / "dataset.jsonl"), "--out", str(tmp_path / "it"), "--model", "base",
@@ -146,7 +146,8 @@ def test_two_iterations_end_to_end_through_ctrl_c_and_a_replica_restart(loop) ->
     restarter = threading.Thread(target=restart_mid_rollout, daemon=True)
     served_before = len(replica.servers)
     restarter.start()
-    r = subprocess.run([*args, "--iterations", "2", "--resume"], capture_output=True, text=True, env=env, timeout=600)
+    r = subprocess.run([*args, "--iterations", "2", "--resume", "--report-to", "tensorboard"], capture_output=True, text=True,
+                       env=env, timeout=600)
     restarter.join(timeout=5)
     assert r.returncode == 0, r.stderr[-3000:]
     assert len(replica.servers) == served_before + 1, "the replica was not restarted during the rollout"
@@ -171,6 +172,26 @@ def test_two_iterations_end_to_end_through_ctrl_c_and_a_replica_restart(loop) ->
         assert set(row["seconds"]) == {"serve", "rollout", "train", "evaluate"}
     second = json.loads((out / "adapters/it2/train_manifest.json").read_text())
     assert second["init_adapter"] == str(out / "adapters/it1")
+
+    # One dashboard for the loop, read back with TensorBoard's own reader:
+    # the driver's figures of iteration 2 (the one this run played; the
+    # first was played before --report-to) and the trainer's steps of
+    # adapter 2, side by side under logs/.
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    def scalars(run: str) -> dict[str, list[tuple[int, float]]]:
+        ev = EventAccumulator(str(out / "logs" / run))
+        ev.Reload()
+        return {tag: [(e.step, e.value) for e in ev.Scalars(tag)] for tag in ev.Tags()["scalars"]}
+
+    loop_figures, trained = scalars("iterate"), scalars("it2")
+    two = rows[1]
+    for tag, want in (("rollout/trajectories", 12), ("rollout/rows", two["rollout"]["rows"]),
+                      ("train/loss_last", two["train"]["loss_last"]), ("eval/file_f1", two["eval"]["f1"]["file"]),
+                      ("eval/function_recall", two["eval"]["recall"]["function"])):
+        assert [s for s, _ in loop_figures[tag]] == [2], tag
+        assert loop_figures[tag][0][1] == pytest.approx(want, rel=1e-6, abs=1e-7), tag
+    assert [v for _, v in trained["train/loss"]] == pytest.approx([st["loss"] for st in second["steps"]], rel=1e-6)
 
     # Every job was answered once, by the model of its iteration, none as
     # the policy's error (the restart cost no sample).

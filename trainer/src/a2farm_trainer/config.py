@@ -85,10 +85,12 @@ class TrainConfig:
                                   "tokens, tokens/s and weights (through Accelerate; offline modes need no network)",
                           choices=TRACKERS)
     logging_dir: str | None = flag(None, "where the tracker writes (default <out>.logs)", type=str)
+    tracker_run: str | None = flag(None, "the run's name in the tracker (default --out's folder name)", type=str)
 
     # How a run is carried out, not what it trains: left out of the manifest's
     # hyperparameters (and of a checkpoint's fingerprint).
-    OPERATIONAL: ClassVar[tuple[str, ...]] = ("resume", "auto_resume", "overwrite", "progress", "report_to", "logging_dir")
+    OPERATIONAL: ClassVar[tuple[str, ...]] = ("resume", "auto_resume", "overwrite", "progress", "report_to", "logging_dir",
+                                                  "tracker_run")
 
     def learning_rate(self) -> float:
         return self.lr if self.lr is not None else (2e-4 if self.sft else 5e-5)

@@ -270,7 +270,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
                   "from its untrained micro-batches", file=sys.stderr)
 
     if cfg.report_to != "none":
-        acc.init_trackers(os.path.basename(out), config=tracker_config(cfg))
+        acc.init_trackers(cfg.tracker_run or os.path.basename(out), config=tracker_config(cfg))
     pad = tok.pad_token_id if tok.pad_token_id is not None else 0
     progress = Progress("train", total_steps, done=done, enabled=cfg.progress and main)
     tokens_trained = sum(h["tokens_trained"] for h in history)

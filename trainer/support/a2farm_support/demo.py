@@ -244,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         step(f"4/5 a2farm iterate: warm-up (heuristic teacher → adapter 0), then {a.iterations} iterations on the embedded farm")
         trainer = (f"{sys.executable} -m a2farm_trainer --model {{model}} {{init}} --out {{out}} --run {{run}} "
-                   "--iteration {iteration} {sft} {resume} {shards} --no-progress --epochs 1 --lr 2e-3 --warmup-steps 0 "
+                   "--iteration {iteration} {sft} {resume} {report} {shards} --no-progress --epochs 1 --lr 2e-3 --warmup-steps 0 "
                    "--token-budget 16384 --max-length 16384 --truncate")
         r = subprocess.run([bin_, "iterate", "--run", "demo", "--dataset", dataset_path, "--repos", repos,
                             "--eval-dataset", dataset_path, "--out", str(out / "iterate"), "--model", "tiny", "--base-url", url,
