@@ -5,16 +5,18 @@ same terms as the training loss."""
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from typing import Any
 
 import torch
 
 from . import packing
-from .model import WeightedLM, check_adapter_folder, load_base, to_device
-from .progress import Progress
+from .checkpoint import Position
 from .config import TrainConfig
-from .train import attention, mixed_precision, read_inputs, versions
+from .model import WeightedLM, check_adapter_folder, to_device
+from .progress import Progress
+from .train import base_model, plan_steps, read_inputs, versions
 
 
 @torch.no_grad()
@@ -26,15 +28,15 @@ def evaluate(cfg: TrainConfig) -> dict[str, Any]:
     if note := data.truncation_note(cfg.max_length):
         print(f"a2farm-train: {note}", file=sys.stderr)
     device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
-    dtype = torch.bfloat16 if mixed_precision(cfg.precision) == "bf16" else torch.float32
-    model = load_base(cfg.model, dtype, attention(cfg.attn))
+    model, _ = base_model(cfg, training=False)
     if cfg.init_adapter:
         check_adapter_folder(cfg.init_adapter)
         model = PeftModel.from_pretrained(model, cfg.init_adapter)
     wrapper = WeightedLM(model, cfg.loss_chunk).to(device).eval()
     seqs = data.sequences
     per_seq = [[0.0, 0.0, 0] for _ in seqs]  # Σ w·CE, Σ w, labelled tokens
-    micro = packing.plan([len(s) for s in seqs], cfg.token_budget, cfg.packing, cfg.seed, 0)
+    # One pass over the micro-batches training's first epoch takes.
+    micro = [members for _, (members,) in plan_steps(seqs, dataclasses.replace(cfg, epochs=1), 1, Position())]
     progress = Progress("eval", len(micro), enabled=cfg.progress)
     pad = tok.pad_token_id if tok.pad_token_id is not None else 0
     ones = {i: 1.0 for i in range(len(seqs))}

@@ -119,6 +119,20 @@ def read_inputs(cfg: TrainConfig) -> tuple[Any, dataset.Inputs]:
     return tok, data
 
 
+def base_model(cfg: TrainConfig, training: bool) -> tuple[Any, str]:
+    """The base model as training and --eval-only load it — cfg's precision
+    and attention (returned by name), no generation cache — with activation
+    checkpointing when training asks for it."""
+    dtype = torch.bfloat16 if mixed_precision(cfg.precision) == "bf16" else torch.float32
+    attn = attention(cfg.attn)
+    base = load_base(cfg.model, dtype, attn)
+    base.config.use_cache = False
+    if training and cfg.gradient_checkpointing:
+        base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        base.enable_input_require_grads()  # the frozen embeddings' output must carry a gradient through the layers
+    return base, attn
+
+
 def plan_steps(seqs: list[Any], cfg: TrainConfig, per_step: int, start: Position) -> list[tuple[int, list[list[int]]]]:
     """The optimizer steps left from start, each (epoch, per_step
     micro-batches): the untrained micro-batches of start's epoch, then every
@@ -247,13 +261,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     schedule = plan_steps(seqs, cfg, world * cfg.grad_accum, position)
     total_steps = done + len(schedule)
 
-    dtype = torch.bfloat16 if mixed_precision(cfg.precision) == "bf16" else torch.float32
-    attn = attention(cfg.attn)
-    base = load_base(cfg.model, dtype, attn)
-    base.config.use_cache = False
-    if cfg.gradient_checkpointing:
-        base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        base.enable_input_require_grads()  # the frozen embeddings' output must carry a gradient through the layers
+    base, attn = base_model(cfg, training=True)
     lora = LoraSettings(cfg.lora_r, cfg.lora_alpha, cfg.lora_dropout, tuple(cfg.lora_targets))
     model = with_adapter(base, lora, cfg.init_adapter, trainable=True)
     wrapper = WeightedLM(model, cfg.loss_chunk, cfg.naive_loss)
