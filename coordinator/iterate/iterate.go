@@ -82,9 +82,8 @@ func (s *State) versionsBefore(v int, initial Adapter) []Adapter {
 		out = append(out, initial)
 	}
 	for _, r := range s.Rows {
-		if t := r.Train; t != nil && t.Skipped == "" && t.Adapter != "" && r.Iteration < v &&
-			!(r.Iteration == initial.Version && t.Adapter == initial.Path) {
-			out = append(out, Adapter{Version: r.Iteration, Path: t.Adapter})
+		if a, ok := r.trained(); ok && a.Version < v && a != initial {
+			out = append(out, a)
 		}
 	}
 	return out
@@ -96,11 +95,20 @@ func (s *State) adapterAfter(k int, initial Adapter) Adapter {
 	best := initial
 	bestIt := -1
 	for _, r := range s.Rows {
-		if t := r.Train; t != nil && t.Skipped == "" && t.Adapter != "" && r.Iteration <= k && r.Iteration > bestIt {
-			best, bestIt = Adapter{Version: r.Iteration, Path: t.Adapter}, r.Iteration
+		if a, ok := r.trained(); ok && a.Version <= k && a.Version > bestIt {
+			best, bestIt = a, a.Version
 		}
 	}
 	return best
+}
+
+// trained is the adapter the row's training step made (ok false: it has
+// not run, or it trained nothing and the row keeps the adapter before).
+func (r Row) trained() (Adapter, bool) {
+	if t := r.Train; t != nil && t.Skipped == "" && t.Adapter != "" {
+		return Adapter{Version: r.Iteration, Path: t.Adapter}, true
+	}
+	return Adapter{}, false
 }
 
 // RolloutResult is what a report row says of a rollout.

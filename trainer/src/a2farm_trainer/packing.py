@@ -117,8 +117,9 @@ def build(seqs: list[Sequence], members: list[int], mode: str, scale: dict[int, 
         parts = [seqs[i] for i in members]
         ids = np.concatenate([q.input_ids for q in parts])
         pos = np.concatenate([np.arange(len(q)) for q in parts])
-        w = np.concatenate([_trained(q.weights) for q in parts])
-        s = np.concatenate([_trained(q.weights) * scale[i] for i, q in zip(members, parts)])
+        trained = [_trained(q.weights) for q in parts]
+        w = np.concatenate(trained)
+        s = np.concatenate([t * scale[i] for i, t in zip(members, trained)])
         who = np.repeat(np.asarray(members), [len(q) for q in parts])
         n = len(ids)
         return MicroBatch(torch.from_numpy(ids).long()[None], torch.from_numpy(pos).long()[None], None,
@@ -136,8 +137,9 @@ def build(seqs: list[Sequence], members: list[int], mode: str, scale: dict[int, 
         n = len(q)
         ids_t[r, :n] = torch.from_numpy(q.input_ids)
         mask[r, :n] = 1
-        w_t[r, :n] = torch.from_numpy(_trained(q.weights)).float()
-        s_t[r, :n] = torch.from_numpy(_trained(q.weights) * scale[i]).float()
+        t = _trained(q.weights)
+        w_t[r, :n] = torch.from_numpy(t).float()
+        s_t[r, :n] = torch.from_numpy(t * scale[i]).float()
         who_t[r, :n] = i
     pos = torch.arange(longest, dtype=torch.long).unsqueeze(0).expand(rows, -1).contiguous()
     trained = sum(len(seqs[i]) for i in members)

@@ -134,20 +134,30 @@ def scaled_token_shards(src: str, dst: str, tokens: int) -> int:
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    from a2farm_trainer.shards import MANIFEST, file_sha256, find_shard_sets
+    from a2farm_trainer.shards import find_shard_sets
 
     (s,) = [x for x in find_shard_sets([src]) if x.token_files]
     table = pa.concat_tables([pq.read_table(f.path) for f in s.token_files])
     per_copy = pc.sum(pc.list_value_length(table.column("input_ids"))).as_py()
     copies = -(-tokens // per_copy)
+    write_token_table(dst, pa.concat_tables([table] * copies), s.manifest)
+    return per_copy * copies
+
+
+def write_token_table(dst: str, table: Any, manifest: dict[str, Any]) -> None:
+    """A shard set in dst holding one token file (table) and its manifest:
+    manifest's fields with the file's name, rows and sha256."""
+    import pyarrow.parquet as pq
+
+    from a2farm_trainer.shards import MANIFEST, file_sha256
+
     os.makedirs(dst, exist_ok=True)
     name = "tokens-00000.parquet"
-    pq.write_table(pa.concat_tables([table] * copies), os.path.join(dst, name))
-    manifest = dict(s.manifest, files=[], token_rows=table.num_rows * copies,
-                    token_files=[{"name": name, "rows": table.num_rows * copies, "sha256": file_sha256(os.path.join(dst, name))}])
+    pq.write_table(table, os.path.join(dst, name))
+    manifest = dict(manifest, files=[], token_rows=table.num_rows,
+                    token_files=[{"name": name, "rows": table.num_rows, "sha256": file_sha256(os.path.join(dst, name))}])
     with open(os.path.join(dst, MANIFEST), "w", encoding="utf-8") as f:
         json.dump(manifest, f)
-    return per_copy * copies
 
 
 def eval_memory(a: argparse.Namespace) -> dict[str, Any]:
@@ -196,11 +206,9 @@ def write_token_shards(dst: str, seqs: list[tuple[list[int], list[float]]]) -> N
     """One shard set of token rows as the learner writes them (the columns
     the trainer reads, the manifest with rows and sha256)."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
-    from a2farm_trainer.shards import MANIFEST, READABLE_FORMATS, file_sha256
+    from a2farm_trainer.shards import READABLE_FORMATS
 
-    os.makedirs(dst, exist_ok=True)
     n = len(seqs)
     table = pa.table({
         "job_id": [f"bench/0/i{i}/0" for i in range(n)], "run_id": ["bench"] * n, "iteration": pa.array([1] * n, pa.int64()),
@@ -209,12 +217,7 @@ def write_token_shards(dst: str, seqs: list[tuple[list[int], list[float]]]) -> N
         "input_ids": pa.array([ids for ids, _ in seqs], pa.list_(pa.int32())),
         "loss_weights": pa.array([w for _, w in seqs], pa.list_(pa.float32())),
     }).replace_schema_metadata({"a2farm.kind": "tokens"})
-    name = "tokens-00000.parquet"
-    pq.write_table(table, os.path.join(dst, name))
-    manifest = {"format_version": READABLE_FORMATS[-1], "files": [], "token_rows": n, "tokens": {"turns_without_ids": 0},
-                "token_files": [{"name": name, "rows": n, "sha256": file_sha256(os.path.join(dst, name))}]}
-    with open(os.path.join(dst, MANIFEST), "w", encoding="utf-8") as f:
-        json.dump(manifest, f)
+    write_token_table(dst, table, {"format_version": READABLE_FORMATS[-1], "tokens": {"turns_without_ids": 0}})
 
 
 def rollout_like(n: int, shortest: int, longest: int, seed: int = 3407) -> list[tuple[list[int], list[float]]]:
