@@ -2,16 +2,10 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"io/fs"
-	"maps"
-	"math"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
@@ -19,14 +13,10 @@ import (
 
 	"github.com/a2farm/a2farm/coordinator"
 	"github.com/a2farm/a2farm/coordinator/iterate"
-	"github.com/a2farm/a2farm/internal/atomicfile"
 	"github.com/a2farm/a2farm/internal/bus"
 	"github.com/a2farm/a2farm/internal/gitrepo"
 	"github.com/a2farm/a2farm/internal/llm"
-	"github.com/a2farm/a2farm/internal/tbevents"
 	"github.com/a2farm/a2farm/learner"
-	"github.com/a2farm/a2farm/learner/metrics"
-	"github.com/a2farm/a2farm/learner/shard"
 	"github.com/a2farm/a2farm/schema"
 	"github.com/a2farm/a2farm/worker"
 	"github.com/a2farm/a2farm/worker/policy"
@@ -170,7 +160,7 @@ func runIterate(ctx context.Context, e *env, o *iterateOptions) (err error) {
 		return err
 	}
 	if o.initAdapter != "" {
-		if err := isAdapter(o.initAdapter); err != nil {
+		if err := iterate.IsAdapter(o.initAdapter); err != nil {
 			return usagef("--init-adapter %s: %v", o.initAdapter, err)
 		}
 		if o.initAdapter, err = filepath.Abs(o.initAdapter); err != nil {
@@ -245,27 +235,50 @@ func runIterate(ctx context.Context, e *env, o *iterateOptions) (err error) {
 	if err := os.MkdirAll(o.out, 0o755); err != nil {
 		return err
 	}
-	s := &iterateSteps{e: e, o: o, spec: spec, replicas: replicas, policies: policies, index: index, gold: report, learn: learn}
-
-	var farm *embeddedFarm
+	fc := iterate.FarmConfig{Run: o.runID, Out: o.out, Spec: spec, Gold: report, Dataset: o.datasetPath, Repos: o.reposDir,
+		Samples: o.samples, Replicas: replicas, ShardTimeout: o.shardTimeout, Learn: learn,
+		Trainer:   iterate.TrainerConfig{Command: o.trainer, Model: o.trainModel, Grace: o.trainerGrace},
+		Teacher:   iterate.Teacher{Model: o.teacher, Tries: o.teacherTries},
+		Player:    &localizer{e: e, policies: policies, index: index, concurrency: o.concurrency, outage: o.endpoints.outageBudget},
+		Languages: e.languages, Progress: e.progress, Messages: e.stderr, Log: e.log, CodeVersion: version()}
+	if o.evalDataset != "" {
+		fc.Eval = iterate.Evaluation{Repos: o.evalRepos, Samples: o.evalSamples, Gold: func(ctx context.Context) (*coordinator.GoldReport, error) {
+			cfg, err := e.goldConfig(o.evalDataset, o.evalRepos)
+			if err != nil {
+				return nil, err
+			}
+			return coordinator.RunGold(ctx, cfg)
+		}}
+	}
 	if !external {
-		farm, err = startEmbeddedFarm(ctx, e, filepath.Join(o.out, "farm"), o.workers, o.concurrency, policies, index, learn, o.reposDir)
+		farm, err := startEmbeddedFarm(ctx, e, filepath.Join(o.out, "farm"), o.workers, o.concurrency, policies, index, learn, o.reposDir)
 		if err != nil {
 			return err
 		}
 		defer farm.stop()
-		s.bus, s.shards, s.farmFailed = farm.bus, filepath.Join(farm.learnerOut, "shards"), farm.failed
+		fc.Bus, fc.Shards, fc.FarmFailed = farm.bus, filepath.Join(farm.learnerOut, "shards"), farm.failed
 	} else {
 		member, err := joinFarm(ctx, e, &o.nats, &metricsFlags{}, "iterate")
 		if err != nil {
 			return err
 		}
 		defer member.leave()
-		s.bus, s.shards = member.bus, o.shardsDir
+		fc.Bus, fc.Shards = member.bus, o.shardsDir
+	}
+	if dash != nil {
+		fc.Trainer.Logs = dash.Dir
+		defer func() {
+			if err := dash.Close(); err != nil {
+				e.log.Warn().Err(err).Msg("dashboard not closed cleanly")
+			}
+		}()
+	}
+	steps, err := iterate.NewFarm(fc)
+	if err != nil {
+		return err
 	}
 
-	s.logs = dash.dir
-	defer dash.close(e)
+	plotting := dash != nil
 	ranNow := map[int]bool{} // iterations with a step run by this process: the dashboard has the others already
 
 	reportPath := filepath.Join(o.out, "report.jsonl")
@@ -274,23 +287,26 @@ func runIterate(ctx context.Context, e *env, o *iterateOptions) (err error) {
 		initial = iterate.Adapter{Version: 0, Path: o.initAdapter}
 	}
 	rows, err := iterate.Run(ctx, iterate.Config{Dir: o.out, Iterations: o.iterations, Warmup: o.teacher != "", Plan: plan,
-		Resume: o.resume, Initial: initial, Steps: s,
+		Resume: o.resume, Initial: initial, Steps: steps,
 		OnStep: func(k int, step iterate.Step, finished bool, err error) {
 			switch {
 			case !finished && err == nil:
-				fmt.Fprintf(e.stderr, "%s: %s…\n", iterationName(k), step)
+				fmt.Fprintf(e.stderr, "%s: %s…\n", iterate.IterationName(k), step)
 			case finished:
-				fmt.Fprintf(e.stderr, "%s: %s done\n", iterationName(k), step)
+				fmt.Fprintf(e.stderr, "%s: %s done\n", iterate.IterationName(k), step)
 				ranNow[k] = true
 			}
 		},
 		OnRow: func(r iterate.Row) {
 			printIterationRow(e, r)
-			if ranNow[r.Iteration] {
-				dash.row(e, r)
+			if plotting && ranNow[r.Iteration] {
+				if err := dash.Row(r); err != nil {
+					e.log.Warn().Err(err).Str("dir", dash.Dir).Msg("dashboard not written; report.jsonl has the figures")
+					plotting = false
+				}
 			}
 		}})
-	if werr := writeIterateReport(reportPath, rows); werr != nil && err == nil {
+	if werr := iterate.WriteReport(reportPath, rows); werr != nil && err == nil {
 		err = werr
 	}
 	var step *iterate.StepError
@@ -318,14 +334,6 @@ func runIterate(ctx context.Context, e *env, o *iterateOptions) (err error) {
 	}
 }
 
-// iterationName is how messages name iteration k.
-func iterationName(k int) string {
-	if k == 0 {
-		return "iteration 0 (warm-up)"
-	}
-	return fmt.Sprintf("iteration %d", k)
-}
-
 // checkTeacher checks the warm-up's flags.
 func (o *iterateOptions) checkTeacher() error {
 	switch {
@@ -335,7 +343,7 @@ func (o *iterateOptions) checkTeacher() error {
 		return nil
 	case o.initAdapter != "":
 		return usagef("--teacher trains adapter 0 and --init-adapter gives it: pass one of them")
-	case o.teacher == TeacherHeuristic && len(o.teacherURLs) > 0:
+	case o.teacher == iterate.TeacherHeuristic && len(o.teacherURLs) > 0:
 		return usagef("--teacher heuristic is built in: it needs no --teacher-url")
 	}
 	return checkRange("teacher-tries", o.teacherTries, 1, 100)
@@ -363,411 +371,28 @@ func (o *iterateOptions) replicas() ([]iterate.Replica, error) {
 	return out, nil
 }
 
-// isAdapter checks that dir holds a PEFT adapter.
-func isAdapter(dir string) error {
-	if _, err := os.Stat(filepath.Join(dir, "adapter_config.json")); err != nil {
-		return errors.New("no adapter_config.json (not a PEFT adapter folder)")
-	}
-	return nil
-}
-
-// dashboard writes each iteration's row as TensorBoard scalars (step =
-// iteration) into dir/iterate, beside the trainer's runs dir/it<k>; with
-// --report-to none it writes nothing (dir empty).
-type dashboard struct {
-	dir string
-	w   *tbevents.Writer
-}
-
-func (o *iterateOptions) dashboard() (*dashboard, error) {
+// dashboard is the loop's TensorBoard view with --report-to tensorboard
+// (nil: none); a dashboard that cannot be written is said once, and the
+// loop goes on (report.jsonl has the figures).
+func (o *iterateOptions) dashboard() (*iterate.Dashboard, error) {
 	switch o.reportTo {
 	case "none":
-		return &dashboard{}, nil
+		return nil, nil
 	case "tensorboard":
 		dir := o.loggingDir
 		if dir == "" {
 			dir = filepath.Join(o.out, "logs")
 		}
 		abs, err := filepath.Abs(dir)
-		return &dashboard{dir: abs}, err
+		return &iterate.Dashboard{Dir: abs}, err
 	}
 	return nil, usagef("--report-to %q: want tensorboard or none (iterate writes TensorBoard's files; wandb sync --sync-tensorboard takes them to wandb)", o.reportTo)
 }
 
-// row plots r; a dashboard that cannot be written is said once, and the
-// loop goes on (it is a view of report.jsonl, not the record).
-func (d *dashboard) row(e *env, r iterate.Row) {
-	if d.dir == "" {
-		return
-	}
-	err := d.open()
-	scalars := r.Scalars()
-	tags := slices.Sorted(maps.Keys(scalars))
-	for _, tag := range tags {
-		if err == nil {
-			err = d.w.Scalar(tag, int64(r.Iteration), scalars[tag])
-		}
-	}
-	if err == nil {
-		err = d.w.Flush()
-	}
-	if err != nil {
-		e.log.Warn().Err(err).Str("dir", d.dir).Msg("dashboard not written; report.jsonl has the figures")
-		d.dir = ""
-	}
-}
-
-func (d *dashboard) open() error {
-	if d.w != nil {
-		return nil
-	}
-	w, err := tbevents.Create(filepath.Join(d.dir, "iterate"))
-	d.w = w
-	return err
-}
-
-func (d *dashboard) close(e *env) {
-	if d.w != nil {
-		if err := d.w.Close(); err != nil {
-			e.log.Warn().Err(err).Msg("dashboard not closed cleanly")
-		}
-	}
-}
-
-// iterateSteps does iterate's steps against a farm.
-type iterateSteps struct {
-	e        *env
-	o        *iterateOptions
-	spec     schema.RunSpec
-	replicas []iterate.Replica
-	policies *policy.Registry
-	index    repoindex.BuildOptions
-	gold     *coordinator.GoldReport
-	evalGold *coordinator.GoldReport // --eval-dataset's, extracted at its first evaluation
-	learn    learner.Config
-	bus      *bus.Bus
-	shards   string // the learner's shards tree
-	logs     string // the dashboard's folder, handed to the trainer as {report}; empty: none
-	// farmFailed: an embedded farm's roles report a fatal error here (nil
-	// for a running farm's, whose operator sees them).
-	farmFailed <-chan error
-}
-
-// adapterDir is where iteration k's finished adapter is: the trainer writes
-// it aside (adapterDir + ".partial") and the step renames it here once the
-// trainer has exited 0, so a folder here is always whole.
-func (s *iterateSteps) adapterDir(k int) string {
-	return filepath.Join(s.o.out, "adapters", fmt.Sprintf("it%d", k))
-}
-
-// policyOf is the run spec's policy with adapter a (or the base model).
-func (s *iterateSteps) policyOf(a iterate.Adapter) schema.Policy {
-	p := s.spec.Policy
-	if a.Version >= 0 {
-		p.Model, p.Adapter, p.Version = iterate.AdapterName(s.o.runID, a.Version), a.Path, fmt.Sprintf("it%d", a.Version)
-	} else {
-		p.Version = "base"
-	}
-	return p
-}
-
-// Serve loads adapter a on every replica and confirms it there, then
-// unloads the run's older versions: in the synchronous loop iteration k's
-// rollouts, and adapter k−1's evaluation, are finished before iteration
-// k+1 is served, so only a acts from here on.
-func (s *iterateSteps) Serve(ctx context.Context, k int, a iterate.Adapter, older []iterate.Adapter) error {
-	if a.Version < 0 {
-		for _, r := range s.replicas {
-			if err := iterate.Confirm(ctx, r, s.spec.Policy.Model, ""); err != nil {
-				return fmt.Errorf("replica %s: %w", r.Name, err)
-			}
-		}
-		return nil
-	}
-	if err := iterate.Deploy(ctx, s.replicas, iterate.AdapterName(s.o.runID, a.Version), a.Path); err != nil {
-		return err
-	}
-	names := make([]string, len(older))
-	for i, o := range older {
-		names[i] = iterate.AdapterName(s.o.runID, o.Version)
-	}
-	return iterate.Retire(ctx, s.replicas, names)
-}
-
-func (s *iterateSteps) Rollout(ctx context.Context, k int, a iterate.Adapter) (iterate.RolloutResult, error) {
-	if k == 0 {
-		return s.warmup(ctx)
-	}
-	ctx, stop := s.whileTheFarmRuns(ctx)
-	r, err := s.rollout(ctx, k, a)
-	return r, stop(err)
-}
-
-// whileTheFarmRuns gives a context that ends when a role of the embedded
-// farm stops with an error (no worker or learner is left to finish the
-// rollout), and a function that turns the step's error into that one.
-func (s *iterateSteps) whileTheFarmRuns(ctx context.Context) (context.Context, func(error) error) {
-	if s.farmFailed == nil {
-		return ctx, func(err error) error { return err }
-	}
-	roleCtx, cancel := context.WithCancelCause(ctx)
-	go func() {
-		select {
-		case err := <-s.farmFailed:
-			cancel(fmt.Errorf("the embedded farm stopped: %w", err))
-		case <-roleCtx.Done():
-		}
-	}()
-	return roleCtx, func(err error) error {
-		defer cancel(nil)
-		if cause := context.Cause(roleCtx); err != nil && ctx.Err() == nil && cause != nil && !errors.Is(cause, context.Canceled) {
-			return cause
-		}
-		return err
-	}
-}
-
-func (s *iterateSteps) rollout(ctx context.Context, k int, a iterate.Adapter) (iterate.RolloutResult, error) {
-	spec := s.spec
-	spec.Policy = s.policyOf(a)
-	progress, finish := s.e.progress("published")
-	pub, err := coordinator.Publish(ctx, coordinator.RunConfig{Bus: s.bus, RunID: s.o.runID, Iteration: int64(k),
-		Instances: s.gold.Instances, Gold: s.gold.Locations(), Samples: s.o.samples, Spec: spec, Progress: progress})
-	finish()
-	if err != nil {
-		return iterate.RolloutResult{}, err
-	}
-	if !pub.Complete {
-		if err := waitForRun(ctx, s.e, s.bus, pub.Manifest, s.gold.Instances, 0); err != nil {
-			return iterate.RolloutResult{}, err
-		}
-	}
-	if err := s.waitSharded(ctx, k); err != nil {
-		return iterate.RolloutResult{}, err
-	}
-	r, err := shardStats(filepath.Join(s.shards, s.o.runID, fmt.Sprint(k)))
-	r.Model, r.Jobs = spec.Policy.Model, pub.Manifest.Expected
-	return r, err
-}
-
-// waitSharded waits until the learner reports every group of iteration k
-// sharded.
-func (s *iterateSteps) waitSharded(ctx context.Context, k int) error {
-	deadline := time.Now().Add(s.o.shardTimeout)
-	said := false
-	for {
-		st, err := coordinator.Status(ctx, s.bus, s.o.runID, time.Now())
-		if err == nil {
-			for _, r := range st.Runs {
-				if r.Iteration == int64(k) && r.Groups > 0 && r.Sharded >= r.Groups {
-					return nil
-				}
-			}
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("the learner has not sharded iteration %d within --shard-timeout %s (is a learner running? a2farm status --run %s)", k, s.o.shardTimeout, s.o.runID)
-		}
-		if !said {
-			fmt.Fprintf(s.e.stderr, "iteration %d: every job answered; waiting for the learner to shard its groups\n", k)
-			said = true
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(500 * time.Millisecond):
-		}
-	}
-}
-
-func (s *iterateSteps) Train(ctx context.Context, k int, init iterate.Adapter, rollout iterate.RolloutResult) (iterate.TrainResult, error) {
-	if k == 0 {
-		return s.trainWarmup(ctx, rollout)
-	}
-	if rollout.Rows == 0 {
-		return iterate.TrainResult{Adapter: init.Path, Skipped: fmt.Sprintf("iteration %d wrote no training row (no turn carries a weight): adapter %d is adapter %d", k, k, k-1)}, nil
-	}
-	return s.runTrainer(ctx, k, iterate.TrainerVars{Model: s.o.trainModel, Init: init.Path, Shards: s.shards, Run: s.o.runID, Iteration: k})
-}
-
-// runTrainer trains adapter k with the trainer command into a folder
-// aside, and renames it into adapterDir(k) once the trainer has exited 0
-// with an adapter there. A resumed step finds a renamed adapter finished;
-// aside it keeps only a2farm-train's finished adapter (a2farm-train writes
-// its manifest last and renames the whole folder into place) — whatever
-// another trainer left there may be half-written and is trained again. A
-// checkpoint an interrupted trainer left is handed on as {resume}.
-func (s *iterateSteps) runTrainer(ctx context.Context, k int, v iterate.TrainerVars) (iterate.TrainResult, error) {
-	final := s.adapterDir(k)
-	if isAdapter(final) == nil {
-		return trainStats(final)
-	}
-	v.Out, v.Logs = final+".partial", s.logs
-	if _, err := os.Stat(filepath.Join(v.Out, trainManifestName)); err != nil {
-		if err := os.RemoveAll(v.Out); err != nil {
-			return iterate.TrainResult{}, err
-		}
-		_, ckptErr := os.Stat(v.Out + ".checkpoint")
-		v.Resume = ckptErr == nil
-		line, err := iterate.TrainerCommand(s.o.trainer, v)
-		if err != nil {
-			return iterate.TrainResult{}, err
-		}
-		fmt.Fprintf(s.e.stderr, "%s: %s\n", iterationName(k), line)
-		if err := iterate.RunTrainer(ctx, line, s.e.stderr, s.o.trainerGrace); err != nil {
-			return iterate.TrainResult{}, err
-		}
-	}
-	if err := isAdapter(v.Out); err != nil {
-		return iterate.TrainResult{}, fmt.Errorf("the trainer exited 0 but %s holds no adapter: %v", v.Out, err)
-	}
-	if err := os.Rename(v.Out, final); err != nil {
-		return iterate.TrainResult{}, fmt.Errorf("install adapter %d: %w", k, err)
-	}
-	return trainStats(final)
-}
-
-// trainManifestName is the record a2farm-train writes into a finished
-// adapter.
-const trainManifestName = "train_manifest.json"
-
-// localize plays cfg's instances in the driver's process, as the warm-up
-// and the evaluation do, into out (continued where an interrupted run left
-// it), with this process's policies, index options and limits.
-func (s *iterateSteps) localize(ctx context.Context, label, out, reposDir string, cfg worker.LocalizeConfig) (worker.LocalizeResult, error) {
-	repos := gitrepo.NewSet(reposDir)
-	defer repos.Close()
-	_, statErr := os.Stat(out)
-	progress, finish := s.e.progress(label)
-	defer finish()
-	cfg.Repos, cfg.Policies, cfg.Index, cfg.Concurrency, cfg.Out, cfg.Resume = repos, s.policies, s.index, s.o.concurrency, out, statErr == nil
-	cfg.Grace, cfg.Abort, cfg.Log, cfg.Progress, cfg.OutageBudget = worker.DefaultLocalizeGrace, s.e.abort, s.e.log, progress, s.o.endpoints.outageBudget
-	return worker.Localize(ctx, cfg)
-}
-
-func (s *iterateSteps) Evaluate(ctx context.Context, k int, a iterate.Adapter) (iterate.EvalResult, bool, error) {
-	if s.o.evalDataset == "" {
-		return iterate.EvalResult{}, false, nil
-	}
-	if a.Version >= 0 {
-		if err := iterate.Deploy(ctx, s.replicas, iterate.AdapterName(s.o.runID, a.Version), a.Path); err != nil {
-			return iterate.EvalResult{}, false, err
-		}
-	}
-	spec := s.spec
-	spec.Policy = s.policyOf(a)
-	spec.Sampling.Temperature, spec.Sampling.TopP = 0, 0
-	spec.Branching = schema.Branching{}
-	if s.evalGold == nil { // the held-out set's gold is the same for every iteration
-		cfg, err := s.e.goldConfig(s.o.evalDataset, s.o.evalRepos)
-		if err != nil {
-			return iterate.EvalResult{}, false, err
-		}
-		g, err := coordinator.RunGold(ctx, cfg)
-		if err != nil {
-			return iterate.EvalResult{}, false, err
-		}
-		s.evalGold = g
-	}
-	res, err := s.localize(ctx, "evaluation", filepath.Join(s.o.out, "eval", fmt.Sprintf("it%d", k)), s.o.evalRepos,
-		worker.LocalizeConfig{Instances: s.evalGold.Instances, Spec: spec, Samples: s.o.evalSamples})
-	if err != nil {
-		return iterate.EvalResult{}, false, err
-	}
-	gs := s.evalGold.Golds()
-	preds := make([]schema.LocOutput, len(res.Trajectories))
-	for i, tr := range res.Trajectories {
-		preds[i] = tr.LocOutput()
-	}
-	rep, err := metrics.Evaluate(preds, gs, metrics.EvalOptions{Languages: s.e.languages})
-	if err != nil {
-		return iterate.EvalResult{}, false, err
-	}
-	stats := metrics.TrajectoryStats(res.Trajectories, gs, s.e.languages)
-	r := iterate.EvalResult{Instances: rep.Instances, F1: map[string]float64{}, Precision: map[string]float64{},
-		Recall: map[string]float64{}, DCGapFile: stats["file.dc_gap"]}
-	for _, level := range []string{"file", "module", "function"} {
-		r.F1[level] = rep.Overall[level+".f1"]
-		r.Precision[level] = rep.Overall[level+".precision@k"]
-		r.Recall[level] = rep.Overall[level+".recall@k"]
-	}
-	return r, true, nil
-}
-
-// shardStats sums the learner's manifests of one run iteration.
-func shardStats(dir string) (iterate.RolloutResult, error) {
-	var r iterate.RolloutResult
-	var advSum, advSq, dcSum, wSum float64
-	var wN int
-	paths, err := filepath.Glob(filepath.Join(dir, "*", shard.ManifestName))
-	if err != nil {
-		return r, err
-	}
-	for _, p := range paths {
-		m, err := learner.ReadShardManifest(filepath.Dir(p))
-		if err != nil {
-			return r, err
-		}
-		r.Groups++
-		r.Rows += m.Rows
-		d := m.Diagnostics
-		r.Trajectories += d.Trajectories
-		r.Steps += d.Steps
-		n := float64(d.Steps)
-		advSum += d.AdvantageMean * n
-		advSq += (d.AdvantageStd*d.AdvantageStd + d.AdvantageMean*d.AdvantageMean) * n
-		dcSum += d.DCGapFile * float64(d.Trajectories)
-		for i, c := range d.WeightHistogram {
-			wSum += (float64(i) + 0.5) * 0.25 * float64(c)
-			wN += c
-		}
-	}
-	if r.Steps > 0 {
-		r.AdvantageMean = advSum / float64(r.Steps)
-		r.AdvantageStd = math.Sqrt(max(0, advSq/float64(r.Steps)-r.AdvantageMean*r.AdvantageMean))
-	}
-	if r.Trajectories > 0 {
-		r.DCGapFile = dcSum / float64(r.Trajectories)
-	}
-	if wN > 0 {
-		r.WeightMean = wSum / float64(wN)
-	}
-	return r, nil
-}
-
-// trainStats reads what the trainer's manifest says of a run.
-func trainStats(dir string) (iterate.TrainResult, error) {
-	data, err := os.ReadFile(filepath.Join(dir, trainManifestName))
-	if errors.Is(err, fs.ErrNotExist) {
-		return iterate.TrainResult{Adapter: dir}, nil // trained by another trainer: no figures
-	}
-	if err != nil {
-		return iterate.TrainResult{}, err
-	}
-	var m struct {
-		Steps []struct {
-			Loss    float64 `json:"loss"`
-			Seconds float64 `json:"seconds"`
-		} `json:"steps"`
-		TokensPerSecond float64 `json:"tokens_per_second"`
-	}
-	if err := json.Unmarshal(data, &m); err != nil {
-		return iterate.TrainResult{}, fmt.Errorf("%s: %w", filepath.Join(dir, trainManifestName), err)
-	}
-	r := iterate.TrainResult{Adapter: dir, Steps: len(m.Steps), TokensPerSecond: m.TokensPerSecond}
-	if n := len(m.Steps); n > 0 {
-		r.LossFirst, r.LossLast = m.Steps[0].Loss, m.Steps[n-1].Loss
-		secs := 0.0
-		for _, st := range m.Steps {
-			secs += st.Seconds
-		}
-		r.SecondsPerStep = secs / float64(n)
-	}
-	return r, nil
-}
-
+// printIterationRow prints an iteration's report row as one line.
 func printIterationRow(e *env, r iterate.Row) {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s:", iterationName(r.Iteration))
+	fmt.Fprintf(&b, "%s:", iterate.IterationName(r.Iteration))
 	if ro := r.Rollout; ro != nil && ro.Tries > 0 {
 		fmt.Fprintf(&b, " teacher %s solved %d of %d instances in %d tries, %d SFT rows;", ro.Model, ro.Solved, ro.Instances, ro.Tries, ro.Rows)
 	} else if ro != nil {
@@ -787,18 +412,27 @@ func printIterationRow(e *env, r iterate.Row) {
 	fmt.Fprintln(e.stdout, strings.TrimSuffix(b.String(), ";"))
 }
 
-// writeIterateReport writes report.jsonl whole or not at all: a reader (or
-// a crash) never sees half of it.
-func writeIterateReport(path string, rows []iterate.Row) error {
-	return atomicfile.Write(path, func(w io.Writer) error {
-		enc := json.NewEncoder(w)
-		for _, r := range rows {
-			if err := enc.Encode(r); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+// localizer plays instances in the driver's process with this process's
+// policies, index options and limits: the loop's Player (the warm-up and
+// the evaluation).
+type localizer struct {
+	e           *env
+	policies    *policy.Registry
+	index       repoindex.BuildOptions
+	concurrency int
+	outage      time.Duration
+}
+
+func (l *localizer) Play(ctx context.Context, p iterate.Play) ([]schema.Trajectory, error) {
+	repos := gitrepo.NewSet(p.Repos)
+	defer repos.Close()
+	_, statErr := os.Stat(p.Out) // an interrupted play left its trajectories there: continue it
+	progress, finish := l.e.progress(p.Label)
+	defer finish()
+	res, err := worker.Localize(ctx, worker.LocalizeConfig{Instances: p.Instances, Repos: repos, Spec: p.Spec, Policies: l.policies,
+		Index: l.index, Samples: p.Samples, FirstSample: p.FirstSample, Concurrency: l.concurrency, RunID: p.RunID, Out: p.Out,
+		Resume: statErr == nil, Progress: progress, Log: l.e.log, OutageBudget: l.outage, Grace: worker.DefaultLocalizeGrace, Abort: l.e.abort})
+	return res.Trajectories, err
 }
 
 // embeddedFarm is NATS, workers and a learner in this process, up for

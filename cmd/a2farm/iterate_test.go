@@ -184,7 +184,7 @@ func TestAHalfWrittenAdapterIsTrainedAgain(t *testing.T) {
 		t.Errorf("--report-to wandb: exit %d\n%s", code, errOut)
 	}
 	for _, k := range []string{"it1", "it2"} {
-		if err := isAdapter(filepath.Join(f.out, "adapters", k)); err != nil {
+		if err := iterate.IsAdapter(filepath.Join(f.out, "adapters", k)); err != nil {
 			t.Errorf("adapter %s: %v", k, err)
 		}
 		if _, err := os.Stat(filepath.Join(f.out, "adapters", k+".partial")); !errors.Is(err, fs.ErrNotExist) {
@@ -200,7 +200,7 @@ func TestAHalfWrittenAdapterIsTrainedAgain(t *testing.T) {
 			t.Errorf("replica %s received %v, want %v", r.URL, loads, want)
 		}
 	}
-	if err := isAdapter(f.init); err != nil {
+	if err := iterate.IsAdapter(f.init); err != nil {
 		t.Errorf("adapter 0's folder: %v", err)
 	}
 }
@@ -409,37 +409,4 @@ func (g goldRow) answer() string {
 		b.WriteString("\n")
 	}
 	return b.String() + "```"
-}
-
-// TestARolloutEndsWhenAnEmbeddedRoleFails: a worker or the learner of the
-// embedded farm that stops with an error ends the rollout step at once with
-// that error, instead of leaving it to wait out --shard-timeout for shards
-// nobody will write; a Ctrl-C stays a Ctrl-C, and a running farm's roles
-// (no channel) are not watched.
-func TestARolloutEndsWhenAnEmbeddedRoleFails(t *testing.T) {
-	failed := make(chan error, 1)
-	s := &iterateSteps{farmFailed: failed}
-	ctx, stop := s.whileTheFarmRuns(context.Background())
-	failed <- errors.New("learner consumer: no responders")
-	select {
-	case <-ctx.Done():
-	case <-time.After(10 * time.Second):
-		t.Fatal("the step's context did not end when a role failed")
-	}
-	if err := stop(ctx.Err()); err == nil || err.Error() != "the embedded farm stopped: learner consumer: no responders" {
-		t.Errorf("step error %v, want the role's", err)
-	}
-
-	parent, cancel := context.WithCancel(context.Background())
-	ctx, stop = s.whileTheFarmRuns(parent)
-	cancel()
-	<-ctx.Done()
-	if err := stop(ctx.Err()); !errors.Is(err, context.Canceled) {
-		t.Errorf("after Ctrl-C: %v, want the context's error", err)
-	}
-
-	ctx, stop = (&iterateSteps{}).whileTheFarmRuns(context.Background())
-	if ctx.Err() != nil || stop(nil) != nil {
-		t.Error("without an embedded farm the step runs as it is")
-	}
 }

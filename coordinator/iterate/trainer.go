@@ -2,9 +2,14 @@ package iterate
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"sort"
 	"strings"
 	"syscall"
@@ -121,4 +126,90 @@ func exitError(line string, err error) error {
 		return fmt.Errorf("the trainer exited %d (%s)", ee.ExitCode(), line)
 	}
 	return fmt.Errorf("the trainer: %w (%s)", err, line)
+}
+
+// TrainManifestName is the record a2farm-train writes into a finished
+// adapter, last.
+const TrainManifestName = "train_manifest.json"
+
+// IsAdapter checks that dir holds a PEFT adapter.
+func IsAdapter(dir string) error {
+	if _, err := os.Stat(filepath.Join(dir, "adapter_config.json")); err != nil {
+		return errors.New("no adapter_config.json (not a PEFT adapter folder)")
+	}
+	return nil
+}
+
+// Train trains an adapter into final with the trainer command template:
+// the trainer writes into final + ".partial", and that folder is renamed
+// into final once the trainer has exited 0 with an adapter there, so a
+// folder at final is always whole and a resumed step finds it finished.
+// Aside it keeps only a2farm-train's finished adapter (a2farm-train writes
+// its manifest last and renames the whole folder into place); whatever
+// another trainer left there may be half-written and is trained again. A
+// checkpoint an interrupted trainer left (final + ".partial.checkpoint")
+// is handed on as {resume}. announce is told the command line before it
+// runs; the trainer's output goes to w.
+func Train(ctx context.Context, final, template string, v TrainerVars, grace time.Duration, announce func(line string), w io.Writer) (TrainResult, error) {
+	if IsAdapter(final) == nil {
+		return TrainStats(final)
+	}
+	v.Out = final + ".partial"
+	if _, err := os.Stat(filepath.Join(v.Out, TrainManifestName)); err != nil {
+		if err := os.RemoveAll(v.Out); err != nil {
+			return TrainResult{}, err
+		}
+		_, ckptErr := os.Stat(v.Out + ".checkpoint")
+		v.Resume = ckptErr == nil
+		line, err := TrainerCommand(template, v)
+		if err != nil {
+			return TrainResult{}, err
+		}
+		announce(line)
+		if err := RunTrainer(ctx, line, w, grace); err != nil {
+			return TrainResult{}, err
+		}
+	}
+	if err := IsAdapter(v.Out); err != nil {
+		return TrainResult{}, fmt.Errorf("the trainer exited 0 but %s holds no adapter: %v", v.Out, err)
+	}
+	if err := os.MkdirAll(filepath.Dir(final), 0o755); err != nil {
+		return TrainResult{}, err
+	}
+	if err := os.Rename(v.Out, final); err != nil {
+		return TrainResult{}, fmt.Errorf("install adapter %s: %w", final, err)
+	}
+	return TrainStats(final)
+}
+
+// TrainStats reads what the trainer's manifest in an adapter folder says of
+// its run; an adapter another trainer made has none, and no figures.
+func TrainStats(dir string) (TrainResult, error) {
+	data, err := os.ReadFile(filepath.Join(dir, TrainManifestName))
+	if errors.Is(err, fs.ErrNotExist) {
+		return TrainResult{Adapter: dir}, nil
+	}
+	if err != nil {
+		return TrainResult{}, err
+	}
+	var m struct {
+		Steps []struct {
+			Loss    float64 `json:"loss"`
+			Seconds float64 `json:"seconds"`
+		} `json:"steps"`
+		TokensPerSecond float64 `json:"tokens_per_second"`
+	}
+	if err := json.Unmarshal(data, &m); err != nil {
+		return TrainResult{}, fmt.Errorf("%s: %w", filepath.Join(dir, TrainManifestName), err)
+	}
+	r := TrainResult{Adapter: dir, Steps: len(m.Steps), TokensPerSecond: m.TokensPerSecond}
+	if n := len(m.Steps); n > 0 {
+		r.LossFirst, r.LossLast = m.Steps[0].Loss, m.Steps[n-1].Loss
+		secs := 0.0
+		for _, st := range m.Steps {
+			secs += st.Seconds
+		}
+		r.SecondsPerStep = secs / float64(n)
+	}
+	return r, nil
 }
