@@ -63,34 +63,55 @@ const graphMagic = "a2farm-graph 1\n"
 // insertion order — in a compact binary form that ReadGraph reads back in
 // one pass; contents and parse results are not part of it.
 func (g *Graph) WriteBinary(w io.Writer) error {
-	bw := bufio.NewWriter(w)
-	var scratch [binary.MaxVarintLen64]byte
-	uvarint := func(v uint64) { bw.Write(scratch[:binary.PutUvarint(scratch[:], v)]) }
-	str := func(s string) { uvarint(uint64(len(s))); bw.WriteString(s) }
-	bw.WriteString(graphMagic)
-	uvarint(uint64(len(g.files)))
+	e := encoder{w: bufio.NewWriter(w)}
+	e.w.WriteString(graphMagic)
+	e.uvarint(uint64(len(g.files)))
 	for _, f := range g.files {
-		str(f.Path)
-		str(f.Blob)
+		e.str(f.Path)
+		e.str(f.Blob)
 	}
-	uvarint(uint64(len(g.Nodes)))
-	for _, n := range g.Nodes {
-		str(n.ID)
-		bw.WriteByte(byte(n.Type))
-		uvarint(uint64(n.FileIndex + 1))
-		uvarint(uint64(n.StartLine))
-		uvarint(uint64(n.EndLine))
-		uvarint(uint64(n.StartByte))
-		uvarint(uint64(n.EndByte))
+	e.uvarint(uint64(len(g.Nodes)))
+	for i := range g.Nodes {
+		e.node(&g.Nodes[i])
 	}
-	uvarint(uint64(len(g.Edges)))
-	for _, e := range g.Edges {
-		uvarint(uint64(e.Src))
-		uvarint(uint64(e.Dst))
-		bw.WriteByte(byte(e.Type))
-		str(e.Alias)
+	e.uvarint(uint64(len(g.Edges)))
+	for i := range g.Edges {
+		e.edge(&g.Edges[i])
 	}
-	return bw.Flush()
+	return e.w.Flush()
+}
+
+// encoder writes varints, strings and records.
+type encoder struct {
+	w       *bufio.Writer
+	scratch [binary.MaxVarintLen64]byte
+}
+
+func (e *encoder) uvarint(v uint64) { e.w.Write(e.scratch[:binary.PutUvarint(e.scratch[:], v)]) }
+
+func (e *encoder) varint(v int64) { e.w.Write(e.scratch[:binary.PutVarint(e.scratch[:], v)]) }
+
+func (e *encoder) str(s string) {
+	e.uvarint(uint64(len(s)))
+	e.w.WriteString(s)
+}
+
+// node writes a node record (decoder.node reads it).
+func (e *encoder) node(n *Node) {
+	e.str(n.ID)
+	e.w.WriteByte(byte(n.Type))
+	e.uvarint(uint64(n.FileIndex + 1))
+	e.uvarint(uint64(n.StartLine))
+	e.uvarint(uint64(n.EndLine))
+	e.uvarint(uint64(n.StartByte))
+	e.uvarint(uint64(n.EndByte))
+}
+
+func (e *encoder) edge(x *Edge) {
+	e.uvarint(uint64(x.Src))
+	e.uvarint(uint64(x.Dst))
+	e.w.WriteByte(byte(x.Type))
+	e.str(x.Alias)
 }
 
 // errBadGraph marks an encoded graph that does not decode.
@@ -112,14 +133,7 @@ func ReadGraph(data []byte, langs *lang.Set, src Sources) (*Graph, error) {
 	nodes := d.count()
 	g.Nodes = make([]Node, 0, nodes)
 	for range nodes {
-		n := Node{ID: d.str(), Type: NodeType(d.byte())}
-		n.FileIndex = int32(d.uvarint()) - 1
-		n.StartLine, n.EndLine = int(d.uvarint()), int(d.uvarint())
-		n.StartByte, n.EndByte = uint32(d.uvarint()), uint32(d.uvarint())
-		if d.err == nil && (n.FileIndex >= int32(len(files)) || n.FileIndex < -1) {
-			d.err = fmt.Errorf("node %q: file %d of %d", n.ID, n.FileIndex, len(files))
-		}
-		g.AddNode(n)
+		g.AddNode(d.node(len(files)))
 	}
 	edges := d.count()
 	g.Edges = make([]Edge, 0, edges)
@@ -144,6 +158,18 @@ func ReadGraph(data []byte, langs *lang.Set, src Sources) (*Graph, error) {
 	return g, nil
 }
 
+// node reads a node record (WriteBinary's) of a graph of files files.
+func (d *decoder) node(files int) Node {
+	n := Node{ID: d.str(), Type: NodeType(d.byte())}
+	n.FileIndex = int32(d.uvarint()) - 1
+	n.StartLine, n.EndLine = int(d.uvarint()), int(d.uvarint())
+	n.StartByte, n.EndByte = uint32(d.uvarint()), uint32(d.uvarint())
+	if d.err == nil && (n.FileIndex >= int32(files) || n.FileIndex < -1) {
+		d.err = fmt.Errorf("node %q: file %d of %d", n.ID, n.FileIndex, files)
+	}
+	return n
+}
+
 // decoder reads varints, bytes and strings, keeping the first error.
 type decoder struct {
 	b   []byte
@@ -155,6 +181,19 @@ func (d *decoder) uvarint() uint64 {
 		return 0
 	}
 	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.err = io.ErrUnexpectedEOF
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) varint() int64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Varint(d.b)
 	if n <= 0 {
 		d.err = io.ErrUnexpectedEOF
 		return 0

@@ -2,7 +2,6 @@ package codesearch
 
 import (
 	"math"
-	"slices"
 )
 
 // Textbook Lucene BM25 parameters.
@@ -92,17 +91,5 @@ func (b *BM25) Search(query []string, k int) []Hit {
 	for d, s := range scores {
 		hits = append(hits, Hit{int(d), s})
 	}
-	slices.SortFunc(hits, func(x, y Hit) int {
-		if x.Score != y.Score {
-			if x.Score > y.Score {
-				return -1
-			}
-			return 1
-		}
-		return x.Doc - y.Doc
-	})
-	if len(hits) > k {
-		hits = hits[:k]
-	}
-	return hits
+	return best(hits, k, func(x, y Hit) int { return x.Doc - y.Doc })
 }
