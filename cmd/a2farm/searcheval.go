@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"os"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -76,33 +75,20 @@ same tokens. Gold comes from --gold, or from file_changes in the dataset rows.`,
 				if err != nil {
 					return err
 				}
-				ci := codesearch.BuildChunkIndex(l, src.Files, parsed, true)
-				dir, err := os.MkdirTemp("", "a2farm-bleve")
-				if err != nil {
-					return err
-				}
-				err = ci.BuildBleve(dir)
-				if err == nil {
-					fmt.Fprintf(tw, "%s\t%d\t%d", inst.InstanceID, len(ci.Chunks), len(gold))
-					for _, eng := range engines {
-						r, rerr := ci.ScoreRetrieval(eng, inst.ProblemStatement, gold, k)
-						if rerr != nil {
-							err = rerr
-							break
-						}
-						sum := sums[eng]
-						sum.Recall += r.Recall
-						sum.RR += r.RR
-						sums[eng] = sum
-						fmt.Fprintf(tw, "\t%.3f\t%.3f", r.Recall, r.RR)
+				ci := codesearch.BuildChunkIndex(l, src.Files, parsed)
+				fmt.Fprintf(tw, "%s\t%d\t%d", inst.InstanceID, len(ci.Chunks), len(gold))
+				for _, eng := range engines {
+					r, err := ci.ScoreRetrieval(eng, inst.ProblemStatement, gold, k)
+					if err != nil {
+						return err
 					}
-					fmt.Fprintln(tw)
+					sum := sums[eng]
+					sum.Recall += r.Recall
+					sum.RR += r.RR
+					sums[eng] = sum
+					fmt.Fprintf(tw, "\t%.3f\t%.3f", r.Recall, r.RR)
 				}
-				ci.Close()
-				os.RemoveAll(dir)
-				if err != nil {
-					return err
-				}
+				fmt.Fprintln(tw)
 				n++
 			}
 			if n == 0 {

@@ -158,6 +158,16 @@ func countKept(keep []int32) int {
 
 func (o *Overlay) stats() CorpusStats { return o.st }
 
+// Bytes estimates the heap the overlay holds beyond its base's: its added
+// documents, numbering and changed frequencies.
+func (o *Overlay) Bytes() int64 {
+	n := o.added.Bytes() + int64(4*(len(o.keep)+len(o.addedAt)))
+	for t := range o.dfs {
+		n += 48 + int64(len(t))
+	}
+	return n
+}
+
 // Stats are the snapshot's figures.
 func (o *Overlay) Stats() CorpusStats { return o.st }
 

@@ -80,8 +80,18 @@ func NewPostings(docs [][]string) *Postings {
 	return p
 }
 
-// Bytes is the stored form (what ReadPostings reads).
-func (p *Postings) Bytes() []byte { return p.data }
+// Encoded is the stored form (what ReadPostings reads).
+func (p *Postings) Encoded() []byte { return p.data }
+
+// Bytes estimates the heap the postings hold: the stored form, the term
+// table and the document lengths.
+func (p *Postings) Bytes() int64 {
+	n := int64(len(p.data) + 4*len(p.lengths))
+	for _, t := range p.terms {
+		n += 16 + 12 + int64(len(t))
+	}
+	return n
+}
 
 var errPostings = errors.New("codesearch: damaged postings")
 

@@ -3,41 +3,40 @@ package codesearch
 import (
 	"fmt"
 	"runtime"
-	"strconv"
 	"strings"
 	"sync"
-
-	"github.com/blevesearch/bleve/v2"
 
 	"github.com/a2farm/a2farm/lang"
 	"github.com/a2farm/a2farm/worker/codegraph"
 )
 
-// Search engines for the code-chunk index.
+// Search engines for the code-chunk index: two scorings of the same
+// postings (Rank).
 const (
-	// EngineBM25 is the in-memory textbook Lucene BM25 (the default: it
-	// retrieves better on the dev set, see docs/BENCHMARKS.md).
+	// EngineBM25 is textbook Lucene BM25.
 	EngineBM25 = "bm25"
-	// EngineBleve is bleve's scorch index with its bm25 scoring model
-	// (sqrt term frequency, query normalisation).
+	// EngineBleve is bleve's bm25 scoring model (sqrt term frequency, query
+	// normalisation, the average length taken as distinct terms per
+	// document), reproduced over the postings: a scorch index of the same
+	// chunks ranks them the same (TestPostingsRankAsBleveDoes).
 	EngineBleve = "bleve"
 )
 
-// ChunkIndex is the BM25 index over code chunks of non-test files.
+// ChunkIndex is the BM25 index over code chunks of non-test files: the
+// chunks, their postings, and their texts (in memory when built, read from
+// the files' contents on demand when opened).
 type ChunkIndex struct {
 	Chunks []Chunk
 	texts  []string           // in memory, or nil and read by text
 	text   func(i int) string // a chunk's text on demand
-	bm25   *BM25
-	bleve  bleve.Index
+	corpus Corpus
 }
 
 // BuildChunkIndex chunks every file the search covers (l's test files
-// are left out); withBM25 also indexes the chunk texts (not their paths)
-// with textbook BM25.
+// are left out) and indexes the chunks' texts.
 //
 // Files are chunked on every CPU; the chunks keep the files' order.
-func BuildChunkIndex(l *lang.Set, files []codegraph.SourceFile, parsed []*lang.File, withBM25 bool) *ChunkIndex {
+func BuildChunkIndex(l *lang.Set, files []codegraph.SourceFile, parsed []*lang.File) *ChunkIndex {
 	perFile := make([][]Chunk, len(files))
 	next := make(chan int, len(files))
 	for i := range files {
@@ -60,12 +59,12 @@ func BuildChunkIndex(l *lang.Set, files []codegraph.SourceFile, parsed []*lang.F
 	for _, c := range perFile {
 		chunks = append(chunks, c...)
 	}
-	return ChunkIndexFrom(files, chunks, withBM25)
+	return ChunkIndexFrom(files, chunks)
 }
 
-// ChunkIndexFrom indexes chunks made before (the cache keeps them) of
-// files, whose contents are in memory.
-func ChunkIndexFrom(files []codegraph.SourceFile, chunks []Chunk, withBM25 bool) *ChunkIndex {
+// ChunkIndexFrom indexes chunks made before of files, whose contents are in
+// memory.
+func ChunkIndexFrom(files []codegraph.SourceFile, chunks []Chunk) *ChunkIndex {
 	byPath := make(map[string][]byte, len(files))
 	for _, f := range files {
 		byPath[f.Path] = f.Content
@@ -74,40 +73,47 @@ func ChunkIndexFrom(files []codegraph.SourceFile, chunks []Chunk, withBM25 bool)
 	for i, text := range chunkTexts(chunks, func(path string) []byte { return byPath[path] }) {
 		ci.texts[i] = text
 	}
-	ci.index(withBM25)
+	ci.corpus = NewPostings(TokenLists(ci.texts))
 	return ci
 }
 
-// OpenChunkIndex indexes the chunks of a graph read back from disk: a
-// chunk's text is read from the graph's sources only when a search shows
-// it (the textbook engine, which tokenizes every chunk up front, reads
-// them all).
-func OpenChunkIndex(g *codegraph.Graph, chunks []Chunk, withBM25 bool) *ChunkIndex {
+// TokenLists analyses texts on every CPU.
+func TokenLists(texts []string) [][]string {
+	out := make([][]string, len(texts))
+	var wg sync.WaitGroup
+	workers := min(runtime.GOMAXPROCS(0), max(1, len(texts)))
+	for w := range workers {
+		wg.Go(func() {
+			for i := w; i < len(texts); i += workers {
+				out[i] = Tokens(texts[i])
+			}
+		})
+	}
+	wg.Wait()
+	return out
+}
+
+// OpenChunkIndex attaches stored chunks of a graph read back from disk to
+// their stored corpus: a chunk's text is read from the graph's sources
+// only when a search shows it.
+func OpenChunkIndex(g *codegraph.Graph, chunks []Chunk, corpus Corpus) *ChunkIndex {
 	byPath := make(map[string]int, len(g.Files()))
 	for i, f := range g.Files() {
 		byPath[f.Path] = i
 	}
-	content := func(path string) []byte {
-		fi, ok := byPath[path]
+	return &ChunkIndex{Chunks: chunks, corpus: corpus, text: func(i int) string {
+		fi, ok := byPath[chunks[i].File]
 		if !ok {
-			return nil
+			return ""
 		}
 		c, _ := g.Content(fi)
-		return c
-	}
-	ci := &ChunkIndex{Chunks: chunks, text: func(i int) string {
-		text, _ := chunkText(chunks[i], content(chunks[i].File))
+		text, _ := chunkText(chunks[i], c)
 		return text
 	}}
-	if withBM25 {
-		ci.texts = make([]string, len(chunks))
-		for i, text := range chunkTexts(chunks, content) {
-			ci.texts[i] = text
-		}
-	}
-	ci.index(withBM25)
-	return ci
 }
+
+// Corpus is what the index ranks (a *Postings when built, or an *Overlay).
+func (ci *ChunkIndex) Corpus() Corpus { return ci.corpus }
 
 // chunkTexts yields each chunk's text in order, splitting each file once.
 func chunkTexts(chunks []Chunk, content func(path string) []byte) func(yield func(int, string) bool) {
@@ -141,20 +147,8 @@ func linesText(lines []string, c Chunk) string {
 	return strings.Join(lines[c.StartLine-1:min(c.EndLine, len(lines))], "\n")
 }
 
-// index builds the textbook BM25 engine over the texts when asked.
-func (ci *ChunkIndex) index(withBM25 bool) {
-	if !withBM25 {
-		return
-	}
-	docs := make([][]string, len(ci.texts))
-	for i, text := range ci.texts {
-		docs[i] = Tokens(text)
-	}
-	ci.bm25 = NewBM25(docs)
-}
-
 // InMemory reports whether the chunks' texts are held in memory (a built
-// index, or the textbook engine) rather than read on demand.
+// index) rather than read on demand.
 func (ci *ChunkIndex) InMemory() bool { return ci.texts != nil }
 
 // Text returns the text of chunk i.
@@ -165,96 +159,13 @@ func (ci *ChunkIndex) Text(i int) string {
 	return ci.text(i)
 }
 
-// BuildBleve indexes the chunks in a scorch index at dir (bleve ignores
-// bm25 scoring in memory-only indexes), in batches.
-func (ci *ChunkIndex) BuildBleve(dir string) error {
-	im, err := searchMapping()
-	if err != nil {
-		return err
-	}
-	idx, err := bleve.New(dir, im)
-	if err != nil {
-		return fmt.Errorf("bleve index at %s: %w", dir, err)
-	}
-	const batchSize = 1 << 30
-	batch := idx.NewBatch()
-	for i, text := range ci.texts {
-		if err := batch.Index(strconv.Itoa(i), map[string]any{"text": text}); err != nil {
-			idx.Close()
-			return err
-		}
-		if batch.Size() >= batchSize {
-			if err := idx.Batch(batch); err != nil {
-				idx.Close()
-				return err
-			}
-			batch = idx.NewBatch()
-		}
-	}
-	if err := idx.Batch(batch); err != nil {
-		idx.Close()
-		return err
-	}
-	ci.bleve = idx
-	return nil
-}
-
-// OpenBleve attaches a scorch index that BuildBleve wrote, read-only
-// (many processes may open it at once).
-func (ci *ChunkIndex) OpenBleve(dir string) error {
-	idx, err := bleve.OpenUsing(dir, map[string]any{"read_only": true})
-	if err != nil {
-		return fmt.Errorf("open bleve index %s: %w", dir, err)
-	}
-	ci.bleve = idx
-	return nil
-}
-
-// Close releases the bleve index, if any.
-func (ci *ChunkIndex) Close() error {
-	if ci.bleve == nil {
-		return nil
-	}
-	err := ci.bleve.Close()
-	ci.bleve = nil
-	return err
-}
-
-// Search returns the k best chunks for a free-text query.
+// Search returns the k best chunks for a free-text query, ranked by
+// engine.
 func (ci *ChunkIndex) Search(engine, query string, k int) ([]Hit, error) {
-	switch engine {
-	case EngineBM25, "":
-		if ci.bm25 == nil {
-			return nil, fmt.Errorf("textbook BM25 index not built")
-		}
-		return ci.bm25.Search(Tokens(query), k), nil
-	case EngineBleve:
-		if ci.bleve == nil {
-			return nil, fmt.Errorf("bleve index not built")
-		}
-		q := bleve.NewMatchQuery(query)
-		q.SetField("text")
-		q.Analyzer = AnalyzerName
-		req := bleve.NewSearchRequestOptions(q, k, 0, false)
-		// Ties broken by document id: otherwise their order depends on how
-		// bleve laid out its segments, which differs between two builds
-		// of the same chunks.
-		req.SortBy([]string{"-_score", "_id"})
-		res, err := ci.bleve.Search(req)
-		if err != nil {
-			return nil, err
-		}
-		hits := make([]Hit, 0, len(res.Hits))
-		for _, h := range res.Hits {
-			d, err := strconv.Atoi(h.ID)
-			if err != nil {
-				return nil, fmt.Errorf("bleve hit %q: %w", h.ID, err)
-			}
-			hits = append(hits, Hit{Doc: d, Score: h.Score})
-		}
-		return hits, nil
+	if engine != EngineBM25 && engine != EngineBleve {
+		return nil, fmt.Errorf("unknown search engine %q (want %s or %s)", engine, EngineBM25, EngineBleve)
 	}
-	return nil, fmt.Errorf("unknown search engine %q (want %s or %s)", engine, EngineBM25, EngineBleve)
+	return Rank(engine, ci.corpus, Tokens(query), k), nil
 }
 
 // NodeSearch is the BM25 index over non-test node ids, split at "/", "."

@@ -125,11 +125,7 @@ func TestChunkSearchEngines(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ci := BuildChunkIndex(lang.NewSet(python.Language{}), files, parsed, true)
-	if err := ci.BuildBleve(t.TempDir()); err != nil {
-		t.Fatal(err)
-	}
-	defer ci.Close()
+	ci := BuildChunkIndex(lang.NewSet(python.Language{}), files, parsed)
 	if len(ci.Chunks) != 2 {
 		t.Fatalf("chunks = %+v; test files must be left out", ci.Chunks)
 	}

@@ -37,10 +37,10 @@ import (
 //
 // Layout under the cache folder:
 //
-//	v2/snapshots/owner__name/<commit>-<engine>/   meta.json, graph.bin, sources.bin, chunks.gob, chunks.bleve/
-//	v2/snapshots/owner__name/<commit>-<engine>.lock
-//	v2/parse/<language>@<version>/<blob[:2]>/<blob>.gob
-//	v2/history/owner__name.log (+ .lock)   the repository's commit records (history.Store)
+//	v3/snapshots/owner__name/<commit>/   meta.json, graph.bin, sources.bin, chunks.gob, postings.bin
+//	v3/snapshots/owner__name/<commit>.lock
+//	v3/parse/<language>@<version>/<blob[:2]>/<blob>.gob
+//	v3/history/owner__name.log (+ .lock)   the repository's commit records (history.Store)
 //
 // Concurrency: a snapshot is built under an exclusive flock of its own
 // (<entry>.build.lock), into a temporary folder renamed into place; users
@@ -70,12 +70,14 @@ func OpenCache(dir string, maxBytes int64) (*Cache, error) {
 	return &Cache{root: root, maxBytes: maxBytes}, nil
 }
 
+// postingsName is the entry's chunk postings (codesearch.Postings).
+const postingsName = "postings.bin"
+
 // snapshotMeta is meta.json of a cached snapshot.
 type snapshotMeta struct {
 	Version int    `json:"version"`
 	Repo    string `json:"repo"`
 	Commit  string `json:"commit"`
-	Engine  string `json:"engine"`
 	// Languages is the lang.Set key the entry was read with.
 	Languages string    `json:"languages"`
 	Files     int       `json:"files"`
@@ -83,10 +85,10 @@ type snapshotMeta struct {
 	Built     time.Time `json:"built"`
 }
 
-// snapshotDir is the entry of a snapshot for one search engine (entries
-// of different engines never wait on each other).
-func (c *Cache) snapshotDir(repo, commit, engine string) string {
-	return filepath.Join(c.root, "snapshots", gitrepo.DirName(repo), commit+"-"+engine)
+// snapshotDir is the entry of a snapshot: both search engines rank the
+// same postings.
+func (c *Cache) snapshotDir(repo, commit string) string {
+	return filepath.Join(c.root, "snapshots", gitrepo.DirName(repo), commit)
 }
 
 // index returns the index of a snapshot, one way whatever happens first:
@@ -94,7 +96,7 @@ func (c *Cache) snapshotDir(repo, commit, engine string) string {
 // or built), then the entry is opened (open). The index a build makes in
 // memory is never handed out: every user reads the same entry.
 func (c *Cache) index(ctx context.Context, r *gitrepo.Repo, repo, commit string, opts BuildOptions) (*Index, error) {
-	dir := c.snapshotDir(repo, commit, opts.Engine)
+	dir := c.snapshotDir(repo, commit)
 	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
 		return nil, err
 	}
@@ -166,7 +168,7 @@ func (m made) stamp(idx *Index) {
 // options.
 func (c *Cache) complete(dir string, opts BuildOptions) bool {
 	meta, err := readMeta(dir)
-	return err == nil && meta.Version == Version && meta.Engine == opts.Engine && meta.Languages == opts.Languages.Key()
+	return err == nil && meta.Version == Version && meta.Languages == opts.Languages.Key()
 }
 
 // make makes a missing entry: fetched from the farm's shared store (or
@@ -212,21 +214,13 @@ func (c *Cache) buildEntry(ctx context.Context, r *gitrepo.Repo, commit, repo st
 		return made{}, err
 	}
 	defer os.RemoveAll(tmp)
-	idx, err := build(ctx, snap, repo, opts, tmp, c, false)
+	idx, err := build(ctx, snap, repo, opts, c)
 	if err != nil {
 		return made{}, err
 	}
 	defer idx.Close()
-	// The search index and the entry's other files are independent: bleve
-	// indexes the chunks while the graph and sources are written (and the
-	// parse results still reach the cache).
-	written := make(chan error, 1)
 	start := time.Now()
-	go func() { written <- idx.writeEntry(tmp) }()
-	err = idx.openChunkIndex(tmp, true)
-	if werr := <-written; err == nil {
-		err = werr
-	}
+	err = idx.writeEntry(tmp)
 	if perr := idx.parseStored(); err == nil {
 		err = perr
 	}
@@ -244,9 +238,17 @@ func (c *Cache) buildEntry(ctx context.Context, r *gitrepo.Repo, commit, repo st
 }
 
 // writeEntry writes a built index's entry files into dir: the graph, the
-// sources and the chunks (writeMeta then makes the entry whole).
+// sources, the chunks and their postings (writeMeta then makes the entry
+// whole).
 func (idx *Index) writeEntry(dir string) error {
 	if err := writeGob(filepath.Join(dir, "chunks.gob"), idx.Chunks.Chunks); err != nil {
+		return err
+	}
+	postings, ok := idx.Chunks.Corpus().(*codesearch.Postings)
+	if !ok {
+		return fmt.Errorf("index %s@%s: built chunks without postings", idx.Repo, idx.Commit)
+	}
+	if err := os.WriteFile(filepath.Join(dir, postingsName), postings.Encoded(), 0o644); err != nil {
 		return err
 	}
 	var graph bytes.Buffer
@@ -264,10 +266,7 @@ func (idx *Index) writeEntry(dir string) error {
 
 // writeMeta writes meta.json, which makes the entry at dir whole.
 func (idx *Index) writeMeta(dir string, opts BuildOptions) error {
-	if err := idx.Chunks.Close(); err != nil { // bleve flushed before the folder moves
-		return err
-	}
-	meta := snapshotMeta{Version: Version, Repo: idx.Repo, Commit: idx.Commit, Engine: opts.Engine, Languages: opts.Languages.Key(),
+	meta := snapshotMeta{Version: Version, Repo: idx.Repo, Commit: idx.Commit, Languages: opts.Languages.Key(),
 		Files: len(idx.Graph.Files()), Chunks: len(idx.Chunks.Chunks), Built: time.Now().UTC()}
 	data, _ := json.MarshalIndent(meta, "", "  ")
 	return os.WriteFile(filepath.Join(dir, "meta.json"), data, 0o644)
@@ -276,8 +275,8 @@ func (idx *Index) writeMeta(dir string, opts BuildOptions) error {
 // open opens a cache entry without decoding it: the graph (files, nodes
 // and edges) is read in one pass, file contents and parse results only
 // when a tool shows them, chunk texts only when a search returns them,
-// the history from the repository's commit store; the bleve index is
-// opened read-only. No git object is read unless the commit store lacks
+// the history from the repository's commit store; the postings are read
+// in place (a term's list is decoded when a query asks for it). No git object is read unless the commit store lacks
 // the snapshot's history.
 func (c *Cache) open(ctx context.Context, r *gitrepo.Repo, repo, commit string, opts BuildOptions, dir string) (*Index, error) {
 	idx := &Index{Repo: repo, Commit: commit, Engine: opts.Engine, Cached: true}
@@ -299,10 +298,6 @@ func (c *Cache) open(ctx context.Context, r *gitrepo.Repo, repo, commit string, 
 	idx.Summaries = summary.BuildSummaries(idx.Graph, idx.Commits, opts.Summaries)
 	idx.Nodes = codesearch.BuildNodeSearch(idx.Graph)
 	idx.timed("search", start)
-	if err := idx.openChunkIndex(dir, false); err != nil {
-		idx.Close()
-		return nil, err
-	}
 	return idx, nil
 }
 
@@ -328,7 +323,17 @@ func (c *Cache) openParts(opts BuildOptions, dir string) (*codegraph.Graph, *ent
 		src.Close()
 		return nil, nil, nil, err
 	}
-	return g, src, codesearch.OpenChunkIndex(g, chunks, opts.Engine == codesearch.EngineBM25), nil
+	data, err = os.ReadFile(filepath.Join(dir, postingsName))
+	if err != nil {
+		src.Close()
+		return nil, nil, nil, err
+	}
+	postings, err := codesearch.ReadPostings(data)
+	if err != nil {
+		src.Close()
+		return nil, nil, nil, fmt.Errorf("%s: %w", filepath.Join(dir, postingsName), err)
+	}
+	return g, src, codesearch.OpenChunkIndex(g, chunks, postings), nil
 }
 
 // parseAll parses files, reusing cached results by blob id. The new

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/a2farm/a2farm/internal/gitrepo"
@@ -18,7 +17,7 @@ import (
 
 // Version is the on-disk format version of cached indexes; bump it when
 // a change makes cached parts unreadable or stale.
-const Version = 2
+const Version = 3
 
 // Index holds every index of one snapshot.
 type Index struct {
@@ -99,9 +98,6 @@ const DefaultEngine = codesearch.EngineBleve
 // Close releases the index's files and locks.
 func (idx *Index) Close() error {
 	var first error
-	if idx.Chunks != nil {
-		first = idx.Chunks.Close()
-	}
 	for i := len(idx.release) - 1; i >= 0; i-- {
 		if err := idx.release[i](); first == nil {
 			first = err
@@ -188,26 +184,21 @@ func Build(ctx context.Context, repos *gitrepo.Set, repo, commit string, opts Bu
 func resolve(r *gitrepo.Repo, repo, rev string, opts BuildOptions) (string, error) {
 	if opts.Cache != nil && len(rev) < 40 {
 		if ids, err := r.ObjectsWithPrefix(rev); err == nil && len(ids) == 1 &&
-			opts.Cache.complete(opts.Cache.snapshotDir(repo, ids[0], opts.Engine), opts) {
+			opts.Cache.complete(opts.Cache.snapshotDir(repo, ids[0]), opts) {
 			return ids[0], nil
 		}
 	}
 	return r.Resolve(rev)
 }
 
-// build makes every part of the index in memory, and with bleve (in dir)
-// when withBleve is set; parse results are reused from the cache by blob.
-func build(ctx context.Context, snap *gitrepo.Snapshot, repo string, opts BuildOptions, dir string, c *Cache, withBleve bool) (*Index, error) {
+// build makes every part of the index in memory; parse results are reused
+// from the cache by blob.
+func build(ctx context.Context, snap *gitrepo.Snapshot, repo string, opts BuildOptions, c *Cache) (*Index, error) {
 	idx, src, parsed, err := c.assemble(ctx, snap, repo, opts)
 	if err != nil {
 		return nil, err
 	}
 	idx.chunk(opts, src.Files, parsed)
-	if withBleve {
-		if err := idx.openChunkIndex(dir, true); err != nil {
-			return nil, err
-		}
-	}
 	return idx, nil
 }
 
@@ -282,33 +273,12 @@ func (c *Cache) prepare(ctx context.Context, snap *gitrepo.Snapshot, repo string
 	return idx, src, parsed, nil
 }
 
-// openChunkIndex attaches the bleve index at dir, building it when build
-// is set and opening it read-only otherwise; the textbook engine has no
-// on-disk part.
-func (idx *Index) openChunkIndex(dir string, build bool) error {
-	if idx.Engine != codesearch.EngineBleve {
-		return nil
-	}
-	start := time.Now()
-	var err error
-	if build {
-		err = idx.Chunks.BuildBleve(filepath.Join(dir, "chunks.bleve"))
-	} else {
-		err = idx.Chunks.OpenBleve(filepath.Join(dir, "chunks.bleve"))
-	}
-	if build {
-		idx.timed("bleve", start)
-	} else {
-		idx.timed("bleve open", start)
-	}
-	return err
-}
-
-// chunk cuts the snapshot's files into the code chunks search ranks. The
-// parts derived from the graph alone (summaries, node search) are not
-// built here: the entry does not hold them, and opening it derives them.
+// chunk cuts the snapshot's files into the code chunks search ranks and
+// indexes their texts. The parts derived from the graph alone (summaries,
+// node search) are not built here: the entry does not hold them, and
+// opening it derives them.
 func (idx *Index) chunk(opts BuildOptions, files []codegraph.SourceFile, parsed []*lang.File) {
 	start := time.Now()
-	idx.Chunks = codesearch.BuildChunkIndex(opts.Languages, files, parsed, opts.Engine == codesearch.EngineBM25)
+	idx.Chunks = codesearch.BuildChunkIndex(opts.Languages, files, parsed)
 	idx.timed("chunks", start)
 }

@@ -3,8 +3,7 @@ package repoindex
 // Bytes estimates the heap an open index holds: the graph (nodes, edges,
 // ids, the lookup map), contents and parse results when they are in
 // memory (a freshly built index), chunk records and texts, the history,
-// summaries and the node search. Memory-mapped parts (bleve's segments)
-// are the kernel's page cache and not counted. Workers budget their open
+// summaries, the chunks' postings and the node search. Workers budget their open
 // indexes by it (worker.Config.IndexMemory); it is an estimate by
 // construction sizes, not a measurement.
 func (idx *Index) Bytes() int64 {
@@ -33,6 +32,11 @@ func (idx *Index) Bytes() int64 {
 			if ci.InMemory() {
 				n += str + int64(len(ci.Text(i)))
 			}
+		}
+	}
+	if ci := idx.Chunks; ci != nil {
+		if sized, ok := ci.Corpus().(interface{ Bytes() int64 }); ok {
+			n += sized.Bytes()
 		}
 	}
 	if idx.Commits != nil {

@@ -41,7 +41,7 @@ const sharedPoll = 250 * time.Millisecond
 
 // sharedKey names a snapshot's bundle by everything that makes its index.
 func sharedKey(repo, commit string, opts BuildOptions) string {
-	return fmt.Sprintf("v%d/%s/%s@%s/%s", Version, opts.Languages.Key(), repo, commit, opts.Engine)
+	return fmt.Sprintf("v%d/%s/%s@%s", Version, opts.Languages.Key(), repo, commit)
 }
 
 // historyKey names a repository's commit records in the shared store.
