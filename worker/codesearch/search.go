@@ -29,7 +29,7 @@ type ChunkIndex struct {
 	Chunks []Chunk
 	texts  []string           // in memory, or nil and read by text
 	text   func(i int) string // a chunk's text on demand
-	corpus Corpus
+	corpus func() Corpus
 }
 
 // BuildChunkIndex chunks every file the search covers (l's test files
@@ -73,7 +73,9 @@ func ChunkIndexFrom(files []codegraph.SourceFile, chunks []Chunk) *ChunkIndex {
 	for i, text := range chunkTexts(chunks, func(path string) []byte { return byPath[path] }) {
 		ci.texts[i] = text
 	}
-	ci.corpus = NewPostings(TokenLists(ci.texts))
+	// Indexed when first asked for: a snapshot stored as an overlay
+	// indexes only the chunks its base lacks.
+	ci.corpus = sync.OnceValue(func() Corpus { return NewPostings(TokenLists(ci.texts)) })
 	return ci
 }
 
@@ -101,7 +103,7 @@ func OpenChunkIndex(g *codegraph.Graph, chunks []Chunk, corpus Corpus) *ChunkInd
 	for i, f := range g.Files() {
 		byPath[f.Path] = i
 	}
-	return &ChunkIndex{Chunks: chunks, corpus: corpus, text: func(i int) string {
+	return &ChunkIndex{Chunks: chunks, corpus: func() Corpus { return corpus }, text: func(i int) string {
 		fi, ok := byPath[chunks[i].File]
 		if !ok {
 			return ""
@@ -113,7 +115,7 @@ func OpenChunkIndex(g *codegraph.Graph, chunks []Chunk, corpus Corpus) *ChunkInd
 }
 
 // Corpus is what the index ranks (a *Postings when built, or an *Overlay).
-func (ci *ChunkIndex) Corpus() Corpus { return ci.corpus }
+func (ci *ChunkIndex) Corpus() Corpus { return ci.corpus() }
 
 // chunkTexts yields each chunk's text in order, splitting each file once.
 func chunkTexts(chunks []Chunk, content func(path string) []byte) func(yield func(int, string) bool) {
@@ -165,7 +167,7 @@ func (ci *ChunkIndex) Search(engine, query string, k int) ([]Hit, error) {
 	if engine != EngineBM25 && engine != EngineBleve {
 		return nil, fmt.Errorf("unknown search engine %q (want %s or %s)", engine, EngineBM25, EngineBleve)
 	}
-	return Rank(engine, ci.corpus, Tokens(query), k), nil
+	return Rank(engine, ci.corpus(), Tokens(query), k), nil
 }
 
 // NodeSearch is the BM25 index over non-test node ids, split at "/", "."

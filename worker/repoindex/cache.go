@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/klauspost/compress/zstd"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/a2farm/a2farm/internal/atomicfile"
@@ -53,6 +54,10 @@ type Cache struct {
 	mu       sync.Mutex // serialises eviction within a process; guards stores
 	// stores are the repositories' commit stores this process opened.
 	stores map[string]*history.Store
+	// pieces compress and decompress parse results (safe for concurrent
+	// use: EncodeAll and DecodeAll only).
+	zenc *zstd.Encoder
+	zdec *zstd.Decoder
 }
 
 // OpenCache opens (creating) a cache at dir bounded to maxBytes of
@@ -67,7 +72,15 @@ func OpenCache(dir string, maxBytes int64) (*Cache, error) {
 			return nil, fmt.Errorf("cache %s: %w", dir, err)
 		}
 	}
-	return &Cache{root: root, maxBytes: maxBytes}, nil
+	zenc, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedDefault), zstd.WithEncoderConcurrency(1))
+	if err != nil {
+		return nil, err
+	}
+	zdec, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(0))
+	if err != nil {
+		return nil, err
+	}
+	return &Cache{root: root, maxBytes: maxBytes, zenc: zenc, zdec: zdec}, nil
 }
 
 // postingsName is the entry's chunk postings (codesearch.Postings).
@@ -79,10 +92,13 @@ type snapshotMeta struct {
 	Repo    string `json:"repo"`
 	Commit  string `json:"commit"`
 	// Languages is the lang.Set key the entry was read with.
-	Languages string    `json:"languages"`
-	Files     int       `json:"files"`
-	Chunks    int       `json:"chunks"`
-	Built     time.Time `json:"built"`
+	Languages string `json:"languages"`
+	// Base, when set, names the whole entry (a commit) this overlay entry
+	// is stored on (overlay.go).
+	Base   string    `json:"base,omitempty"`
+	Files  int       `json:"files"`
+	Chunks int       `json:"chunks"`
+	Built  time.Time `json:"built"`
 }
 
 // snapshotDir is the entry of a snapshot: both search engines rank the
@@ -168,7 +184,11 @@ func (m made) stamp(idx *Index) {
 // options.
 func (c *Cache) complete(dir string, opts BuildOptions) bool {
 	meta, err := readMeta(dir)
-	return err == nil && meta.Version == Version && meta.Languages == opts.Languages.Key()
+	if err != nil || meta.Version != Version || meta.Languages != opts.Languages.Key() {
+		return false
+	}
+	// An overlay is whole with its base only (bases are whole entries).
+	return meta.Base == "" || c.complete(filepath.Join(filepath.Dir(dir), meta.Base), opts)
 }
 
 // make makes a missing entry: fetched from the farm's shared store (or
@@ -220,7 +240,21 @@ func (c *Cache) buildEntry(ctx context.Context, r *gitrepo.Repo, commit, repo st
 	}
 	defer idx.Close()
 	start := time.Now()
-	err = idx.writeEntry(tmp)
+	// An overlay on the nearest whole entry when one shares enough; a farm
+	// shares whole entries (a worker fetching one has no base to lay it on).
+	baseName := ""
+	var base *baseParts
+	ok := false
+	if opts.Shared == nil {
+		base, ok = c.chooseBase(opts, repo, idx.Graph.Files(), dir)
+	}
+	if ok {
+		defer base.close() // until the overlay is installed: eviction leaves the base be
+		err = idx.writeOverlay(tmp, base)
+		baseName = filepath.Base(base.dir)
+	} else {
+		err = idx.writeEntry(tmp)
+	}
 	if perr := idx.parseStored(); err == nil {
 		err = perr
 	}
@@ -228,7 +262,7 @@ func (c *Cache) buildEntry(ctx context.Context, r *gitrepo.Repo, commit, repo st
 	if err != nil {
 		return made{}, err
 	}
-	if err := idx.writeMeta(tmp, opts); err != nil {
+	if err := idx.writeMeta(tmp, opts, baseName); err != nil {
 		return made{}, err
 	}
 	if err := installEntry(tmp, dir); err != nil {
@@ -265,8 +299,8 @@ func (idx *Index) writeEntry(dir string) error {
 }
 
 // writeMeta writes meta.json, which makes the entry at dir whole.
-func (idx *Index) writeMeta(dir string, opts BuildOptions) error {
-	meta := snapshotMeta{Version: Version, Repo: idx.Repo, Commit: idx.Commit, Languages: opts.Languages.Key(),
+func (idx *Index) writeMeta(dir string, opts BuildOptions, base string) error {
+	meta := snapshotMeta{Version: Version, Repo: idx.Repo, Commit: idx.Commit, Languages: opts.Languages.Key(), Base: base,
 		Files: len(idx.Graph.Files()), Chunks: len(idx.Chunks.Chunks), Built: time.Now().UTC()}
 	data, _ := json.MarshalIndent(meta, "", "  ")
 	return os.WriteFile(filepath.Join(dir, "meta.json"), data, 0o644)
@@ -282,13 +316,13 @@ func (c *Cache) open(ctx context.Context, r *gitrepo.Repo, repo, commit string, 
 	idx := &Index{Repo: repo, Commit: commit, Engine: opts.Engine, Cached: true}
 	wait := c.historyAsync(ctx, r, repo, commit, opts)
 	start := time.Now()
-	g, src, chunks, err := c.openParts(opts, dir)
+	g, release, chunks, err := c.openParts(opts, dir)
 	if err != nil {
 		wait(nil)
 		return nil, err
 	}
 	idx.Graph, idx.Chunks = g, chunks
-	idx.release = append(idx.release, src.Close)
+	idx.release = append(idx.release, release)
 	idx.timed("open", start)
 	if err := wait(idx); err != nil {
 		idx.Close()
@@ -302,38 +336,56 @@ func (c *Cache) open(ctx context.Context, r *gitrepo.Repo, repo, commit string, 
 }
 
 // openParts reads an entry's graph, opens its sources and indexes its
-// chunks.
-func (c *Cache) openParts(opts BuildOptions, dir string) (*codegraph.Graph, *entrySources, *codesearch.ChunkIndex, error) {
-	data, err := os.ReadFile(graphPath(dir))
+// chunks; an overlay entry is opened on its base.
+func (c *Cache) openParts(opts BuildOptions, dir string) (*codegraph.Graph, func() error, *codesearch.ChunkIndex, error) {
+	meta, err := readMeta(dir)
 	if err != nil {
 		return nil, nil, nil, err
+	}
+	if meta.Base != "" {
+		g, chunks, release, err := c.openOverlay(opts, dir, meta)
+		return g, release, chunks, err
+	}
+	g, src, chunks, postings, err := c.openWhole(opts, dir)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return g, src.Close, codesearch.OpenChunkIndex(g, chunks, postings), nil
+}
+
+// openWhole reads a whole entry's graph, chunks and postings and opens its
+// sources.
+func (c *Cache) openWhole(opts BuildOptions, dir string) (*codegraph.Graph, *entrySources, []codesearch.Chunk, *codesearch.Postings, error) {
+	data, err := os.ReadFile(graphPath(dir))
+	if err != nil {
+		return nil, nil, nil, nil, err
 	}
 	src, err := openSources(sourcesPath(dir), c, opts.Languages)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
+	}
+	fail := func(err error) (*codegraph.Graph, *entrySources, []codesearch.Chunk, *codesearch.Postings, error) {
+		src.Close()
+		return nil, nil, nil, nil, err
 	}
 	g, err := codegraph.ReadGraph(data, opts.Languages, src)
 	if err != nil {
-		src.Close()
-		return nil, nil, nil, fmt.Errorf("%s: %w", graphPath(dir), err)
+		return fail(fmt.Errorf("%s: %w", graphPath(dir), err))
 	}
 	src.files = g.Files()
 	var chunks []codesearch.Chunk
 	if err := readGob(filepath.Join(dir, "chunks.gob"), &chunks); err != nil {
-		src.Close()
-		return nil, nil, nil, err
+		return fail(err)
 	}
 	data, err = os.ReadFile(filepath.Join(dir, postingsName))
 	if err != nil {
-		src.Close()
-		return nil, nil, nil, err
+		return fail(err)
 	}
 	postings, err := codesearch.ReadPostings(data)
 	if err != nil {
-		src.Close()
-		return nil, nil, nil, fmt.Errorf("%s: %w", filepath.Join(dir, postingsName), err)
+		return fail(fmt.Errorf("%s: %w", filepath.Join(dir, postingsName), err))
 	}
-	return g, src, codesearch.OpenChunkIndex(g, chunks, postings), nil
+	return g, src, chunks, postings, nil
 }
 
 // parseAll parses files, reusing cached results by blob id. The new
@@ -346,7 +398,7 @@ func (c *Cache) parseAll(ctx context.Context, l *lang.Set, files []codegraph.Sou
 	for i, f := range files {
 		reads.Go(func() error {
 			var pf lang.File
-			if err := readGob(c.parsePath(l, f), &pf); err == nil && pf.Path == f.Path {
+			if err := c.readPiece(c.parsePath(l, f), &pf); err == nil && pf.Path == f.Path {
 				out[i] = &pf
 			}
 			return nil
@@ -378,7 +430,7 @@ func (c *Cache) parseAll(ctx context.Context, l *lang.Set, files []codegraph.Sou
 	done := make(chan error, 1)
 	go func() {
 		for j, i := range missing {
-			writes.Go(func() error { return writeGobAtomic(c.parsePath(l, files[i]), fresh[j]) })
+			writes.Go(func() error { return c.writePiece(c.parsePath(l, files[i]), fresh[j]) })
 		}
 		done <- writes.Wait()
 	}()
@@ -393,7 +445,7 @@ func (c *Cache) parsePath(langs *lang.Set, f codegraph.SourceFile) string {
 }
 
 func (c *Cache) parsePathOf(reader, blob string) string {
-	return filepath.Join(c.root, "parse", reader, blob[:2], blob+".gob")
+	return filepath.Join(c.root, "parse", reader, blob[:2], blob+".gob.zst")
 }
 
 // readerKey names the language that reads path, with its version.
@@ -490,21 +542,37 @@ func (c *Cache) evict(keep string) {
 		}
 	}
 	slices.SortFunc(entries, func(a, b entry) int { return a.used.Compare(b.used) })
+	// A base stays while an overlay stored on it does: the overlays go
+	// first, least recently used first, and free their bases.
+	bases := map[string]int{}
 	for _, e := range entries {
-		if total <= c.maxBytes {
-			return
+		if meta, err := readMeta(e.dir); err == nil && meta.Base != "" {
+			bases[filepath.Join(filepath.Dir(e.dir), meta.Base)]++
 		}
-		if e.dir == keep {
-			continue
+	}
+	for pass := 0; pass < 2 && total > c.maxBytes; pass++ {
+		for i := range entries {
+			e := &entries[i]
+			if total <= c.maxBytes {
+				return
+			}
+			if e.dir == keep || bases[e.dir] > 0 || e.size < 0 {
+				continue
+			}
+			lock, err := lockFile(e.dir+".lock", syscall.LOCK_EX|syscall.LOCK_NB)
+			if err != nil {
+				continue // in use
+			}
+			meta, merr := readMeta(e.dir)
+			if os.RemoveAll(e.dir) == nil {
+				total -= e.size
+				e.size = -1 // gone
+				if merr == nil && meta.Base != "" {
+					bases[filepath.Join(filepath.Dir(e.dir), meta.Base)]-- // its base may go in the next pass
+				}
+			}
+			lock.Close()
 		}
-		lock, err := lockFile(e.dir+".lock", syscall.LOCK_EX|syscall.LOCK_NB)
-		if err != nil {
-			continue // in use
-		}
-		if os.RemoveAll(e.dir) == nil {
-			total -= e.size
-		}
-		lock.Close()
 	}
 }
 
@@ -552,11 +620,34 @@ func writeGob(path string, v any) error {
 	return os.WriteFile(path, buf.Bytes(), 0o644)
 }
 
-// writeGobAtomic writes through a temporary file and a rename, so that
-// concurrent readers see the old value or the new one, never a mix; a
-// damaged entry after a crash decodes with an error and counts as a miss.
-func writeGobAtomic(path string, v any) error {
-	return atomicfile.WriteCache(path, func(w io.Writer) error { return gob.NewEncoder(w).Encode(v) })
+// writePiece writes a piece (a parse result) as zstd-compressed gob
+// through a temporary file and a rename, so that concurrent readers see the
+// old value or the new one, never a mix; a damaged piece after a crash
+// decodes with an error and counts as a miss.
+func (c *Cache) writePiece(path string, v any) error {
+	var buf bytes.Buffer
+	if err := gob.NewEncoder(&buf).Encode(v); err != nil {
+		return fmt.Errorf("encode %s: %w", path, err)
+	}
+	return atomicfile.WriteCache(path, func(w io.Writer) error {
+		_, err := w.Write(c.zenc.EncodeAll(buf.Bytes(), nil))
+		return err
+	})
+}
+
+// readPiece reads what writePiece wrote.
+func (c *Cache) readPiece(path string, v any) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	if data, err = c.zdec.DecodeAll(data, nil); err != nil {
+		return fmt.Errorf("decompress %s: %w", path, err)
+	}
+	if err := gob.NewDecoder(bytes.NewReader(data)).Decode(v); err != nil {
+		return errors.Join(fmt.Errorf("decode %s", path), err)
+	}
+	return nil
 }
 
 func readGob(path string, v any) error {

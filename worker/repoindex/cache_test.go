@@ -138,39 +138,103 @@ func TestCacheConcurrentBuildsShareOneEntry(t *testing.T) {
 	}
 }
 
+// TestCacheEvictsLeastRecentlyUsed: past its bound the cache removes the
+// entries no open index uses, least recently used first; an overlay goes
+// before its base, and a base stays while an overlay stored on it does.
 func TestCacheEvictsLeastRecentlyUsed(t *testing.T) {
-	repos, first, second := twoCommits(t)
-	dir := t.TempDir()
-	cache, err := OpenCache(dir, 1) // any entry is over the bound
+	reposDir := t.TempDir()
+	commits := map[string]string{}
+	for _, name := range []string{"o__r", "o__s"} { // two repositories: neither is the other's base
+		r, err := repogen.Init(filepath.Join(reposDir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if commits[name], err = r.Commit("", repogen.Change{Message: "one", Write: graphtest.Files}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	repos := gitrepo.NewSet(reposDir)
+	defer repos.Close()
+	cache, err := OpenCache(t.TempDir(), 1) // any entry is over the bound
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	a, err := Build(ctx, repos, "o/r", first, BuildOptions{Languages: lang.NewSet(python.Language{}), Cache: cache})
+	opts := BuildOptions{Languages: lang.NewSet(python.Language{}), Cache: cache}
+	a, err := Build(ctx, repos, "o/r", commits["o__r"], opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	a.Close()
-	b, err := Build(ctx, repos, "o/r", second, BuildOptions{Languages: lang.NewSet(python.Language{}), Cache: cache})
+	b, err := Build(ctx, repos, "o/s", commits["o__s"], opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(cache.snapshotDir("o/r", first)); !os.IsNotExist(err) {
+	if _, err := os.Stat(cache.snapshotDir("o/r", commits["o__r"])); !os.IsNotExist(err) {
 		t.Errorf("the unused older snapshot was kept (stat err %v)", err)
 	}
 	// b is open: building another entry must not evict it.
-	c, err := Build(ctx, repos, "o/r", first, BuildOptions{Languages: lang.NewSet(python.Language{}), Cache: cache})
+	c, err := Build(ctx, repos, "o/r", commits["o__r"], opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if _, err := os.Stat(cache.snapshotDir("o/r", second)); err != nil {
+	if _, err := os.Stat(cache.snapshotDir("o/s", commits["o__s"])); err != nil {
 		t.Errorf("an open snapshot was evicted: %v", err)
 	}
 	if hits, err := b.Chunks.Search(b.Engine, "Extra Base", 3); err != nil || len(hits) == 0 {
 		t.Errorf("open index unusable after eviction pass: %v, %v", hits, err)
 	}
 	b.Close()
+}
+
+// TestABaseStaysWhileItsOverlayDoes: the second commit is stored as an
+// overlay on the first; over the bound, the first (not open) stays while
+// the overlay exists, and once the overlay is evicted the base goes too.
+func TestABaseStaysWhileItsOverlayDoes(t *testing.T) {
+	repos, first, second := twoCommits(t)
+	cache, err := OpenCache(t.TempDir(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	opts := BuildOptions{Languages: lang.NewSet(python.Language{}), Cache: cache}
+	for _, commit := range []string{first, second} {
+		idx, err := Build(ctx, repos, "o/r", commit, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		idx.Close()
+	}
+	meta, err := readMeta(cache.snapshotDir("o/r", second))
+	if err != nil || meta.Base != first {
+		t.Fatalf("the second commit's entry: %+v, %v; want an overlay on the first", meta, err)
+	}
+	cache.maxBytes = 1
+	cache.evict("")
+	for _, commit := range []string{first, second} {
+		if _, err := os.Stat(cache.snapshotDir("o/r", commit)); !os.IsNotExist(err) {
+			t.Errorf("%s kept after eviction with nothing open: %v", commit, err)
+		}
+	}
+	for _, commit := range []string{first, second} {
+		idx, err := Build(ctx, repos, "o/r", commit, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		idx.Close()
+	}
+	overlay, err := Build(ctx, repos, "o/r", second, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer overlay.Close()
+	cache.evict("")
+	for _, commit := range []string{first, second} {
+		if _, err := os.Stat(cache.snapshotDir("o/r", commit)); err != nil {
+			t.Errorf("%s evicted while the overlay on it is open: %v", commit, err)
+		}
+	}
 }
 
 // TestOpenedIndexEqualsBuilt: an entry opened from the cache (graph read
@@ -197,6 +261,9 @@ func TestOpenedIndexEqualsBuilt(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer built.Close()
+	// What opening derives from the graph, a build leaves to the open.
+	built.Summaries = summary.BuildSummaries(built.Graph, built.Commits, nil)
+	built.Nodes = codesearch.BuildNodeSearch(built.Graph)
 	if idx, err := Build(context.Background(), repos, "o/r", first, opts); err != nil {
 		t.Fatal(err)
 	} else {
@@ -215,38 +282,7 @@ func TestOpenedIndexEqualsBuilt(t *testing.T) {
 		if !opened.Cached {
 			t.Fatalf("%s: the entry was built again", label)
 		}
-		var a, b bytes.Buffer
-		built.Graph.WriteJSONLines(&a)
-		opened.Graph.WriteJSONLines(&b)
-		if a.String() != b.String() {
-			t.Errorf("%s: the opened graph differs from the built one", label)
-		}
-		for i := range built.Graph.Nodes {
-			n := codegraph.NodeID(i)
-			if got, want := opened.Graph.Code(n), built.Graph.Code(n); got != want {
-				t.Errorf("%s: code of %s: %q, want %q", label, built.Graph.Nodes[i].ID, got, want)
-			}
-			if got, want := opened.Graph.Skeleton(n), built.Graph.Skeleton(n); got != want {
-				t.Errorf("%s: skeleton of %s differs", label, built.Graph.Nodes[i].ID)
-			}
-		}
-		for i := range built.Chunks.Chunks {
-			if got, want := opened.Chunks.Text(i), built.Chunks.Text(i); got != want {
-				t.Errorf("%s: chunk %d text %q, want %q", label, i, got, want)
-			}
-		}
-		for _, engine := range []string{codesearch.EngineBleve, codesearch.EngineBM25} { // both rank the entry's postings
-			for _, q := range []string{"cleanup", "engine run", "slug helpers"} {
-				got, err1 := opened.Chunks.Search(engine, q, 5)
-				want, err2 := built.Chunks.Search(engine, q, 5)
-				if err1 != nil || err2 != nil || len(want) == 0 || !reflect.DeepEqual(got, want) {
-					t.Errorf("%s: %s search %q: %v (%v), want %v (%v)", label, engine, q, got, err1, want, err2)
-				}
-			}
-		}
-		if want := summary.BuildSummaries(built.Graph, built.Commits, nil); !reflect.DeepEqual(opened.Summaries.Text, want.Text) {
-			t.Errorf("%s: summaries differ", label)
-		}
+		sameAnswers(t, label, opened, built)
 		if !reflect.DeepEqual(opened.Commits.Commits, built.Commits.Commits) {
 			t.Errorf("%s: history differs", label)
 		}
@@ -256,4 +292,51 @@ func TestOpenedIndexEqualsBuilt(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("opened without parse results")
+}
+
+// sameAnswers checks that got answers as want does: the same graph, every
+// node's code and skeleton, every chunk's text, search hits of both
+// engines, node search and summaries.
+func sameAnswers(t *testing.T, label string, got, want *Index) {
+	t.Helper()
+	var a, b bytes.Buffer
+	want.Graph.WriteJSONLines(&a)
+	got.Graph.WriteJSONLines(&b)
+	if a.String() != b.String() {
+		t.Errorf("%s: the graph differs", label)
+	}
+	for i := range want.Graph.Nodes {
+		n := codegraph.NodeID(i)
+		if g, w := got.Graph.Code(n), want.Graph.Code(n); g != w {
+			t.Errorf("%s: code of %s: %q, want %q", label, want.Graph.Nodes[i].ID, g, w)
+		}
+		if g, w := got.Graph.Skeleton(n), want.Graph.Skeleton(n); g != w {
+			t.Errorf("%s: skeleton of %s differs", label, want.Graph.Nodes[i].ID)
+		}
+	}
+	if !reflect.DeepEqual(got.Chunks.Chunks, want.Chunks.Chunks) {
+		t.Errorf("%s: chunks %v, want %v", label, got.Chunks.Chunks, want.Chunks.Chunks)
+	}
+	for i := range want.Chunks.Chunks {
+		if g, w := got.Chunks.Text(i), want.Chunks.Text(i); g != w {
+			t.Errorf("%s: chunk %d text %q, want %q", label, i, g, w)
+		}
+	}
+	for _, engine := range []string{codesearch.EngineBleve, codesearch.EngineBM25} { // both rank the entry's postings
+		for _, q := range []string{"cleanup", "engine run", "slug helpers", "Extra Base", "def return self", "helper other extra turbo"} {
+			g, err1 := got.Chunks.Search(engine, q, 50)
+			w, err2 := want.Chunks.Search(engine, q, 50)
+			if err1 != nil || err2 != nil || !reflect.DeepEqual(g, w) {
+				t.Errorf("%s: %s search %q: %v (%v), want %v (%v)", label, engine, q, g, err1, w, err2)
+			}
+		}
+	}
+	for _, q := range []string{"Engine run", "helper", "util"} {
+		if g, w := got.Nodes.Search(q, 10), want.Nodes.Search(q, 10); !reflect.DeepEqual(g, w) {
+			t.Errorf("%s: node search %q: %v, want %v", label, q, g, w)
+		}
+	}
+	if !reflect.DeepEqual(got.Summaries.Text, want.Summaries.Text) {
+		t.Errorf("%s: summaries differ", label)
+	}
 }

@@ -133,7 +133,7 @@ func (c *Cache) share(ctx context.Context, s Shared, key, dir string, blobs []pa
 		return fmt.Errorf("bundle %s: %w", key, err)
 	}
 	for _, b := range blobs {
-		if err := add(bundleParse+b.reader+"/"+b.blob+".gob", c.parsePathOf(b.reader, b.blob)); err != nil {
+		if err := add(bundleParse+b.reader+"/"+b.blob+".gob.zst", c.parsePathOf(b.reader, b.blob)); err != nil {
 			return fmt.Errorf("bundle %s: %w", key, err)
 		}
 	}
@@ -211,7 +211,7 @@ func (c *Cache) unbundle(h *tar.Header, r io.Reader, tmp string) error {
 		}
 		return f.Close()
 	case strings.HasPrefix(clean, bundleParse):
-		reader, blob, _ := strings.Cut(strings.TrimSuffix(strings.TrimPrefix(clean, bundleParse), ".gob"), "/")
+		reader, blob, _ := strings.Cut(strings.TrimSuffix(strings.TrimPrefix(clean, bundleParse), ".gob.zst"), "/")
 		if len(blob) < 3 || strings.ContainsAny(blob, "/.") || reader == "" || reader == ".." || strings.ContainsAny(reader, "/\\") {
 			return fmt.Errorf("member %q: bad parse result name", h.Name)
 		}

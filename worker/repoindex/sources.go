@@ -106,7 +106,7 @@ func (s *entrySources) Content(fi int) ([]byte, error) {
 func (s *entrySources) Parsed(fi int) (*lang.File, error) {
 	f := s.files[fi]
 	var pf lang.File
-	if err := readGob(s.cache.parsePath(s.langs, f), &pf); err == nil && pf.Path == f.Path {
+	if err := s.cache.readPiece(s.cache.parsePath(s.langs, f), &pf); err == nil && pf.Path == f.Path {
 		return &pf, nil
 	}
 	l := s.langs.Reader(f.Path)
