@@ -136,6 +136,9 @@ bench-branches: ## independent samples vs branch rollouts on real repositories (
 	A2FARM_BENCH_BRANCHES=1 A2FARM_REPOS=$(abspath $(REPOS)) $(GO) test ./cmd/a2farm -run '^$$' -bench Branches -benchtime 1x -timeout 60m | tee $(RUN_DIR)/bench-branches.txt
 
 .PHONY: bench-big
+bench-store: build ## what each extra snapshot costs the index store: N=200 commits of REPO (default pydata/xarray) STEP=100 first-parent commits apart (xarray fits 200 at STEP=24), and N one-function changes on one base (REPOS=DIR of owner__name repositories; fetches nothing; docs/BENCHMARKS.md)
+	REPOS=$(or $(REPOS),.repos) scripts/bench-store.sh
+
 bench-big: ## big repositories as a new user meets them: cold and second-snapshot index builds, an opened index, a tool call, git log beside them, and localize on BENCH_DATASET (REPOS=DIR of owner__name repositories; fetches nothing)
 	A2FARM_BENCH_BIG=1 A2FARM_REPOS=$(abspath $(REPOS)) A2FARM_BENCH_DATASET=$(if $(BENCH_DATASET),$(abspath $(BENCH_DATASET))) \
 	  $(GO) test ./cmd/a2farm -run '^$$' -bench Big -benchtime 1x -timeout 60m | tee $(RUN_DIR)/bench-big.txt

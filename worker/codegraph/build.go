@@ -178,7 +178,7 @@ func (b *builder) addFile(fi int, dirNode NodeID) {
 		lines = pf.Lines
 	}
 	fileNode := g.AddNode(Node{ID: f.Path, Type: File, StartLine: 1, EndLine: lines,
-		FileIndex: int32(fi), StartByte: 0, EndByte: uint32(len(f.Content))})
+		FileIndex: int32(fi), StartByte: 0, EndByte: uint32(f.Len())})
 	l := g.langs.Reader(f.Path)
 	if l == nil {
 		return

@@ -34,6 +34,42 @@ const (
 // left. A record that moved up is inserted again: the script stays linear
 // in time, and correct whatever it costs.
 func script[K comparable](base, next []K) []scriptOp {
+	// The common ends are copied as they are; only the middle is matched
+	// (an edit to one file leaves most of a graph's sequences alike).
+	head := 0
+	for head < len(base) && head < len(next) && base[head] == next[head] {
+		head++
+	}
+	tail := 0
+	for tail < len(base)-head && tail < len(next)-head && base[len(base)-1-tail] == next[len(next)-1-tail] {
+		tail++
+	}
+	var ops []scriptOp
+	if head > 0 {
+		ops = append(ops, scriptOp{kind: opCopy, n: head})
+	}
+	for _, op := range middle(base[head:len(base)-tail], next[head:len(next)-tail]) {
+		if op.kind == opInsert {
+			op.from += head
+		}
+		if l := len(ops); l > 0 && ops[l-1].kind == op.kind {
+			ops[l-1].n += op.n
+			continue
+		}
+		ops = append(ops, op)
+	}
+	if tail > 0 {
+		if l := len(ops); l > 0 && ops[l-1].kind == opCopy {
+			ops[l-1].n += tail
+		} else {
+			ops = append(ops, scriptOp{kind: opCopy, n: tail})
+		}
+	}
+	return ops
+}
+
+// middle is script's matching of the sequences' differing middles.
+func middle[K comparable](base, next []K) []scriptOp {
 	at := map[K][]int{} // base positions by key, ascending
 	for i, k := range base {
 		at[k] = append(at[k], i)

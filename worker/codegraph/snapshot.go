@@ -22,7 +22,23 @@ type SourceFile struct {
 	Path    string
 	Blob    string // git blob id
 	Content []byte
+	// Size is the content's length in bytes, set also when the content is
+	// not held (a file a stored base already has; see Known).
+	Size int
 }
+
+// Len is the file's length in bytes.
+func (f SourceFile) Len() int {
+	if f.Content != nil {
+		return len(f.Content)
+	}
+	return f.Size
+}
+
+// Known tells LoadSnapshotKnown which files need not be read: for a file
+// it knows (known), whether the snapshot lists it (a non-UTF-8 file is
+// left out) and the file to list, its Size set and its content not held.
+type Known func(path, blob string) (f SourceFile, listed, known bool)
 
 // Snapshot is the source of a repository at one commit.
 type Snapshot struct {
@@ -54,6 +70,12 @@ type BlobReader interface {
 // LoadSnapshot reads the sources of snap that the languages read. Symlinks are
 // never followed; files that are not valid UTF-8 are skipped and listed.
 func LoadSnapshot(ctx context.Context, langs *lang.Set, repo string, snap *gitrepo.Snapshot) (*Snapshot, error) {
+	return LoadSnapshotKnown(ctx, langs, repo, snap, nil)
+}
+
+// LoadSnapshotKnown is LoadSnapshot reading only the contents of the files
+// known does not know (nil: every file's).
+func LoadSnapshotKnown(ctx context.Context, langs *lang.Set, repo string, snap *gitrepo.Snapshot, known Known) (*Snapshot, error) {
 	entries, project, err := snapshotEntries(langs, snap)
 	if err != nil {
 		return nil, err
@@ -68,6 +90,16 @@ func LoadSnapshot(ctx context.Context, langs *lang.Set, repo string, snap *gitre
 	for _, e := range entries {
 		if err := ctx.Err(); err != nil {
 			return nil, err
+		}
+		if known != nil {
+			if f, listed, ok := known(e.Path, e.Blob); ok {
+				if listed {
+					s.Files = append(s.Files, f)
+				} else {
+					s.Skipped = append(s.Skipped, e.Path)
+				}
+				continue
+			}
 		}
 		f, ok, err := readSource(blobs, e)
 		if err != nil {
@@ -84,6 +116,17 @@ func LoadSnapshot(ctx context.Context, langs *lang.Set, repo string, snap *gitre
 
 // snapshotEntries lists the snapshot's sources and, apart, the project
 // files its languages link with, in one walk of its tree.
+// ListSnapshot lists the sources LoadSnapshot reads, by path and blob,
+// reading no content.
+func ListSnapshot(langs *lang.Set, snap *gitrepo.Snapshot) ([]SourceFile, error) {
+	entries, _, err := snapshotEntries(langs, snap)
+	out := make([]SourceFile, len(entries))
+	for i, e := range entries {
+		out[i] = SourceFile{Path: e.Path, Blob: e.Blob}
+	}
+	return out, err
+}
+
 func snapshotEntries(langs *lang.Set, snap *gitrepo.Snapshot) (sources, project []gitrepo.Entry, err error) {
 	all, err := snap.Files(func(p string) bool { return IsSourcePath(langs, p) || langs.ReadsProjectFile(p) })
 	if err != nil {
@@ -121,7 +164,7 @@ func readSource(blobs BlobReader, e gitrepo.Entry) (f SourceFile, ok bool, err e
 	if err != nil {
 		return SourceFile{}, false, fmt.Errorf("read %s: %w", e.Path, err)
 	}
-	return SourceFile{Path: e.Path, Blob: e.Blob, Content: data}, utf8.Valid(data), nil
+	return SourceFile{Path: e.Path, Blob: e.Blob, Content: data, Size: len(data)}, utf8.Valid(data), nil
 }
 
 // ParseSnapshot reads the sources of snap that the languages read, as LoadSnapshot

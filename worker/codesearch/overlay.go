@@ -158,10 +158,10 @@ func countKept(keep []int32) int {
 
 func (o *Overlay) stats() CorpusStats { return o.st }
 
-// Bytes estimates the heap the overlay holds beyond its base's: its added
-// documents, numbering and changed frequencies.
+// Bytes estimates the heap the overlay holds: its base's postings (read
+// for it), its added documents, numbering and changed frequencies.
 func (o *Overlay) Bytes() int64 {
-	n := o.added.Bytes() + int64(4*(len(o.keep)+len(o.addedAt)))
+	n := o.base.Bytes() + o.added.Bytes() + int64(4*(len(o.keep)+len(o.addedAt)))
 	for t := range o.dfs {
 		n += 48 + int64(len(t))
 	}

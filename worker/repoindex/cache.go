@@ -234,23 +234,32 @@ func (c *Cache) buildEntry(ctx context.Context, r *gitrepo.Repo, commit, repo st
 		return made{}, err
 	}
 	defer os.RemoveAll(tmp)
-	idx, err := build(ctx, snap, repo, opts, c)
+	// An overlay on the nearest whole entry when one shares enough; a farm
+	// shares whole entries (a worker fetching one has no base to lay it on).
+	var base *baseParts
+	choosing := time.Now()
+	if opts.Shared == nil {
+		if listed, err := codegraph.ListSnapshot(opts.Languages, snap); err == nil {
+			if b, ok := c.chooseBase(opts, repo, listed, dir); ok {
+				base = b
+				defer base.close() // until the overlay is installed: eviction leaves the base be
+			}
+		}
+	}
+	chooseTime := time.Since(choosing)
+	idx, err := build(ctx, snap, repo, opts, c, base)
 	if err != nil {
 		return made{}, err
 	}
 	defer idx.Close()
-	start := time.Now()
-	// An overlay on the nearest whole entry when one shares enough; a farm
-	// shares whole entries (a worker fetching one has no base to lay it on).
-	baseName := ""
-	var base *baseParts
-	ok := false
-	if opts.Shared == nil {
-		base, ok = c.chooseBase(opts, repo, idx.Graph.Files(), dir)
+	if base != nil {
+		idx.Timings = append([]Timing{{"base", chooseTime}}, idx.Timings...)
 	}
-	if ok {
-		defer base.close() // until the overlay is installed: eviction leaves the base be
-		err = idx.writeOverlay(tmp, base)
+	start := time.Now()
+	baseName := ""
+	chunks := len(idx.Chunks.Chunks)
+	if base != nil {
+		chunks, err = idx.writeOverlay(tmp, base)
 		baseName = filepath.Base(base.dir)
 	} else {
 		err = idx.writeEntry(tmp)
@@ -262,7 +271,7 @@ func (c *Cache) buildEntry(ctx context.Context, r *gitrepo.Repo, commit, repo st
 	if err != nil {
 		return made{}, err
 	}
-	if err := idx.writeMeta(tmp, opts, baseName); err != nil {
+	if err := idx.writeMeta(tmp, opts, baseName, chunks); err != nil {
 		return made{}, err
 	}
 	if err := installEntry(tmp, dir); err != nil {
@@ -299,9 +308,9 @@ func (idx *Index) writeEntry(dir string) error {
 }
 
 // writeMeta writes meta.json, which makes the entry at dir whole.
-func (idx *Index) writeMeta(dir string, opts BuildOptions, base string) error {
+func (idx *Index) writeMeta(dir string, opts BuildOptions, base string, chunks int) error {
 	meta := snapshotMeta{Version: Version, Repo: idx.Repo, Commit: idx.Commit, Languages: opts.Languages.Key(), Base: base,
-		Files: len(idx.Graph.Files()), Chunks: len(idx.Chunks.Chunks), Built: time.Now().UTC()}
+		Files: len(idx.Graph.Files()), Chunks: chunks, Built: time.Now().UTC()}
 	data, _ := json.MarshalIndent(meta, "", "  ")
 	return os.WriteFile(filepath.Join(dir, "meta.json"), data, 0o644)
 }
@@ -391,7 +400,10 @@ func (c *Cache) openWhole(opts BuildOptions, dir string) (*codegraph.Graph, *ent
 // parseAll parses files, reusing cached results by blob id. The new
 // results are written to the cache in the background (one file each,
 // and creating files is slow on many file systems): stored waits for them.
-func (c *Cache) parseAll(ctx context.Context, l *lang.Set, files []codegraph.SourceFile) (parsed []*lang.File, stored func() error, err error) {
+//
+// A file listed without its content (a base has it) whose result is
+// missing gets its content from content.
+func (c *Cache) parseAll(ctx context.Context, l *lang.Set, files []codegraph.SourceFile, content func(codegraph.SourceFile) ([]byte, error)) (parsed []*lang.File, stored func() error, err error) {
 	out := make([]*lang.File, len(files))
 	var reads errgroup.Group
 	reads.SetLimit(runtime.GOMAXPROCS(0))
@@ -417,6 +429,11 @@ func (c *Cache) parseAll(ctx context.Context, l *lang.Set, files []codegraph.Sou
 	todo := make([]codegraph.SourceFile, len(missing))
 	for j, i := range missing {
 		todo[j] = files[i]
+		if todo[j].Content == nil {
+			if todo[j].Content, err = content(files[i]); err != nil {
+				return nil, nil, fmt.Errorf("parse %s: %w", files[i].Path, err)
+			}
+		}
 	}
 	fresh, err := codegraph.ParseAll(ctx, l, todo)
 	if err != nil {

@@ -256,7 +256,7 @@ func TestOpenedIndexEqualsBuilt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	built, err := build(context.Background(), snap, "o/r", opts, cache)
+	built, err := build(context.Background(), snap, "o/r", opts, cache, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

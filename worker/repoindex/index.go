@@ -193,23 +193,38 @@ func resolve(r *gitrepo.Repo, repo, rev string, opts BuildOptions) (string, erro
 
 // build makes every part of the index in memory; parse results are reused
 // from the cache by blob.
-func build(ctx context.Context, snap *gitrepo.Snapshot, repo string, opts BuildOptions, c *Cache) (*Index, error) {
-	idx, src, parsed, err := c.assemble(ctx, snap, repo, opts)
+//
+// On a base (not nil) it reads from git only the files the base lacks,
+// and chunks only those: the index is then the material of an overlay on
+// that base (writeOverlay), not a whole one.
+func build(ctx context.Context, snap *gitrepo.Snapshot, repo string, opts BuildOptions, c *Cache, base *baseParts) (*Index, error) {
+	idx, src, parsed, err := c.assemble(ctx, snap, repo, opts, base)
 	if err != nil {
 		return nil, err
 	}
-	idx.chunk(opts, src.Files, parsed)
+	if base == nil {
+		idx.chunk(opts, src.Files, parsed)
+		return idx, nil
+	}
+	var own []codegraph.SourceFile
+	var ownParsed []*lang.File
+	for i, f := range src.Files {
+		if _, ok := base.files[fileKey{f.Path, f.Blob}]; !ok {
+			own, ownParsed = append(own, f), append(ownParsed, parsed[i])
+		}
+	}
+	idx.chunk(opts, own, ownParsed)
 	return idx, nil
 }
 
 // assemble runs the two independent parts every index needs side by side:
 // the snapshot's history (mostly waiting on git objects, one core) and its
 // sources, parse and graph (every core).
-func (c *Cache) assemble(ctx context.Context, snap *gitrepo.Snapshot, repo string, opts BuildOptions) (*Index, *codegraph.Snapshot, []*lang.File, error) {
+func (c *Cache) assemble(ctx context.Context, snap *gitrepo.Snapshot, repo string, opts BuildOptions, base *baseParts) (*Index, *codegraph.Snapshot, []*lang.File, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	wait := c.historyAsync(ctx, snap.Repo(), repo, snap.Commit(), opts)
-	idx, src, parsed, err := c.prepare(ctx, snap, repo, opts)
+	idx, src, parsed, err := c.prepare(ctx, snap, repo, opts, base)
 	if err != nil {
 		cancel()
 		wait(idx)
@@ -248,16 +263,21 @@ func (c *Cache) historyAsync(ctx context.Context, r *gitrepo.Repo, repo, commit 
 
 // prepare reads the snapshot's sources, parses them (through the blob
 // cache when c is set) and builds the graph: the steps every index needs.
-func (c *Cache) prepare(ctx context.Context, snap *gitrepo.Snapshot, repo string, opts BuildOptions) (*Index, *codegraph.Snapshot, []*lang.File, error) {
+func (c *Cache) prepare(ctx context.Context, snap *gitrepo.Snapshot, repo string, opts BuildOptions, base *baseParts) (*Index, *codegraph.Snapshot, []*lang.File, error) {
 	idx := &Index{Repo: repo, Commit: snap.Commit(), Engine: opts.Engine}
 	start := time.Now()
-	src, err := codegraph.LoadSnapshot(ctx, opts.Languages, repo, snap)
+	var known codegraph.Known
+	content := func(codegraph.SourceFile) ([]byte, error) { return nil, errors.New("no content") }
+	if base != nil {
+		known, content = base.known, base.content
+	}
+	src, err := codegraph.LoadSnapshotKnown(ctx, opts.Languages, repo, snap, known)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("load %s@%s: %w", repo, snap.Commit(), err)
 	}
 	idx.timed("read", start)
 	start = time.Now()
-	parsed, stored, err := c.parseAll(ctx, opts.Languages, src.Files)
+	parsed, stored, err := c.parseAll(ctx, opts.Languages, src.Files, content)
 	if err != nil {
 		return nil, nil, nil, err
 	}

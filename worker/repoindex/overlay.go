@@ -48,6 +48,24 @@ type baseParts struct {
 	src      *entrySources
 	chunks   []codesearch.Chunk
 	postings *codesearch.Postings
+	// files places the base's files by path and blob: their index and size.
+	files map[fileKey][2]int
+}
+
+// known lists a file the base has at the same path and blob without
+// reading it (codegraph.Known).
+func (b *baseParts) known(path, blob string) (codegraph.SourceFile, bool, bool) {
+	f, ok := b.files[fileKey{path, blob}]
+	return codegraph.SourceFile{Path: path, Blob: blob, Size: f[1]}, true, ok
+}
+
+// content reads a file the base has from the base's sources.
+func (b *baseParts) content(f codegraph.SourceFile) ([]byte, error) {
+	bf, ok := b.files[fileKey{f.Path, f.Blob}]
+	if !ok {
+		return nil, fmt.Errorf("base %s lacks %s", filepath.Base(b.dir), f.Path)
+	}
+	return b.src.Content(bf[0])
 }
 
 func (b *baseParts) close() error {
@@ -136,7 +154,15 @@ func (c *Cache) openBase(opts BuildOptions, dir string) (*baseParts, error) {
 		lock.Close()
 		return nil, err
 	}
-	return &baseParts{dir: dir, lock: lock, graph: g, src: src, chunks: chunks, postings: postings}, nil
+	b := &baseParts{dir: dir, lock: lock, graph: g, src: src, chunks: chunks, postings: postings, files: map[fileKey][2]int{}}
+	for i, f := range g.Files() {
+		size := 0
+		if n, ok := g.Lookup(f.Path); ok && g.Nodes[n].FileIndex == int32(i) {
+			size = int(g.Nodes[n].EndByte)
+		}
+		b.files[fileKey{f.Path, f.Blob}] = [2]int{i, size}
+	}
+	return b, nil
 }
 
 // layout places a snapshot's files and chunks on a base: for each file,
@@ -200,8 +226,8 @@ func place(base *baseParts, files []codegraph.SourceFile, ownChunks []codesearch
 }
 
 // writeOverlay writes a built index's entry into dir as an overlay on
-// base.
-func (idx *Index) writeOverlay(dir string, base *baseParts) error {
+// base, and says how many chunks the snapshot has.
+func (idx *Index) writeOverlay(dir string, base *baseParts) (int, error) {
 	files := idx.Graph.Files()
 	isBase := make(map[fileKey]bool, len(base.graph.Files()))
 	for _, f := range base.graph.Files() {
@@ -227,26 +253,26 @@ func (idx *Index) writeOverlay(dir string, base *baseParts) error {
 	}
 	l, err := place(base, files, ownChunks)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	added := codesearch.NewPostings(codesearch.TokenLists(ownTexts))
 	corpus, err := codesearch.NewOverlay(base.postings, l.keep, added, l.addedAt)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	var delta bytes.Buffer
 	if err := idx.Graph.WriteDelta(base.graph, &delta); err != nil {
-		return err
+		return 0, err
 	}
 	for name, data := range map[string][]byte{graphDeltaName: delta.Bytes(), addedName: added.Encoded(), overlayName: corpus.Delta()} {
 		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
-			return err
+			return 0, err
 		}
 	}
 	if err := writeGob(filepath.Join(dir, "chunks.gob"), ownChunks); err != nil {
-		return err
+		return 0, err
 	}
-	return writeSources(sourcesPath(dir), ownFiles)
+	return len(l.chunks), writeSources(sourcesPath(dir), ownFiles)
 }
 
 // openOverlay opens an overlay entry at dir on its base: the graph with

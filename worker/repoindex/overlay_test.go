@@ -3,6 +3,7 @@ package repoindex
 import (
 	"context"
 	"maps"
+	"os"
 	"path/filepath"
 	"reflect"
 	"testing"
@@ -42,7 +43,9 @@ var chain = []struct {
 // the first is stored as an overlay on the first, and opened it answers as
 // an index built for that commit alone in an empty cache: the graph, every
 // node's code and skeleton, the chunks and their texts, both engines'
-// hits and scores, node search, summaries and history.
+// hits and scores, node search, summaries and history. An overlay reads
+// from git only the files its base lacks; with the parse results gone, the
+// others are parsed again from the base's sources.
 func TestAnOverlayEntryAnswersAsAFreshBuild(t *testing.T) {
 	reposDir := t.TempDir()
 	r, err := repogen.Init(filepath.Join(reposDir, "o__r"))
@@ -81,6 +84,11 @@ func TestAnOverlayEntryAnswersAsAFreshBuild(t *testing.T) {
 		label := "base"
 		if i > 0 {
 			label = chain[i-1].name
+		}
+		if i == 3 { // parse results gone: the files the base has are parsed again from its sources
+			if err := os.RemoveAll(filepath.Join(shared.root, "parse")); err != nil {
+				t.Fatal(err)
+			}
 		}
 		got, err := Build(ctx, repos, "o/r", commit, BuildOptions{Languages: l, Cache: shared})
 		if err != nil {
