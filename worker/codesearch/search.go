@@ -170,43 +170,106 @@ func (ci *ChunkIndex) Search(engine, query string, k int) ([]Hit, error) {
 	return Rank(engine, ci.corpus(), Tokens(query), k), nil
 }
 
-// NodeSearch is the BM25 index over non-test node ids, split at "/", "."
-// and ":".
+// NodeSearch is the textbook BM25 index over non-test node ids, split at
+// "/", "." and ":", in graph order.
 type NodeSearch struct {
-	ids  []codegraph.NodeID
-	bm25 *BM25
+	ids    []codegraph.NodeID
+	corpus Corpus
 }
 
 // Bytes estimates the heap the node search holds.
 func (ns *NodeSearch) Bytes() int64 {
 	n := int64(4 * len(ns.ids))
-	if ns.bm25 != nil {
-		n += ns.bm25.Bytes()
+	if sized, ok := ns.corpus.(interface{ Bytes() int64 }); ok {
+		n += sized.Bytes()
 	}
 	return n
 }
 
+var nodeSplit = strings.NewReplacer("/", " ", ".", " ", ":", " ")
+
+// searchedNodes are g's non-test nodes, in order: the node search's
+// documents.
+func searchedNodes(g *codegraph.Graph) []codegraph.NodeID {
+	var ids []codegraph.NodeID
+	for i, n := range g.Nodes {
+		if !codegraph.IsTestID(n.ID) {
+			ids = append(ids, codegraph.NodeID(i))
+		}
+	}
+	return ids
+}
+
+func nodeTokens(g *codegraph.Graph, ids []codegraph.NodeID) [][]string {
+	docs := make([][]string, len(ids))
+	for i, id := range ids {
+		docs[i] = Tokens(nodeSplit.Replace(g.Nodes[id].ID))
+	}
+	return docs
+}
+
 // BuildNodeSearch indexes every non-test node id of g.
 func BuildNodeSearch(g *codegraph.Graph) *NodeSearch {
-	ns := &NodeSearch{}
-	var docs [][]string
-	split := strings.NewReplacer("/", " ", ".", " ", ":", " ")
-	for i, n := range g.Nodes {
-		if codegraph.IsTestID(n.ID) {
-			continue
-		}
-		ns.ids = append(ns.ids, codegraph.NodeID(i))
-		docs = append(docs, Tokens(split.Replace(n.ID)))
+	ids := searchedNodes(g)
+	return &NodeSearch{ids: ids, corpus: NewPostings(nodeTokens(g, ids))}
+}
+
+// Postings are the node search's stored form when it was built whole (nil
+// when it is an overlay).
+func (ns *NodeSearch) Postings() *Postings {
+	p, _ := ns.corpus.(*Postings)
+	return p
+}
+
+// OpenNodeSearch attaches postings BuildNodeSearch made for g.
+func OpenNodeSearch(g *codegraph.Graph, stored *Postings) (*NodeSearch, error) {
+	ids := searchedNodes(g)
+	if n := stored.Stats().Docs; n != len(ids) {
+		return nil, fmt.Errorf("codesearch: node postings of %d documents for %d nodes", n, len(ids))
 	}
-	ns.bm25 = NewBM25(docs)
-	return ns
+	return &NodeSearch{ids: ids, corpus: stored}, nil
+}
+
+// OverlayNodeSearch is g's node search made from base's (whose stored
+// postings are baseStored): the nodes base has keep their postings, only
+// the new ids are analysed, and the statistics are g's own, so it ranks
+// as BuildNodeSearch(g) does.
+func OverlayNodeSearch(g, base *codegraph.Graph, baseStored *Postings) (*NodeSearch, error) {
+	ids := searchedNodes(g)
+	baseIDs := searchedNodes(base)
+	if n := baseStored.Stats().Docs; n != len(baseIDs) {
+		return nil, fmt.Errorf("codesearch: base node postings of %d documents for %d nodes", n, len(baseIDs))
+	}
+	at := make(map[string]int32, len(ids))
+	for i, id := range ids {
+		at[g.Nodes[id].ID] = int32(i)
+	}
+	keep := make([]int32, len(baseIDs))
+	kept := make([]bool, len(ids))
+	for i, id := range baseIDs {
+		keep[i] = -1
+		if to, ok := at[base.Nodes[id].ID]; ok {
+			keep[i], kept[to] = to, true
+		}
+	}
+	var addedAt []int32
+	var added []codegraph.NodeID
+	for i, id := range ids {
+		if !kept[i] {
+			addedAt, added = append(addedAt, int32(i)), append(added, id)
+		}
+	}
+	o, err := NewOverlay(baseStored, keep, NewPostings(nodeTokens(g, added)), addedAt)
+	if err != nil {
+		return nil, err
+	}
+	return &NodeSearch{ids: ids, corpus: o}, nil
 }
 
 // Search returns up to k nodes with a positive score, best first.
 func (ns *NodeSearch) Search(query string, k int) []codegraph.NodeID {
-	split := strings.NewReplacer("/", " ", ".", " ", ":", " ")
 	var out []codegraph.NodeID
-	for _, h := range ns.bm25.Search(Tokens(split.Replace(query)), k) {
+	for _, h := range rankTextbook(ns.corpus, Tokens(nodeSplit.Replace(query)), k) {
 		if h.Score > 0 {
 			out = append(out, ns.ids[h.Doc])
 		}

@@ -164,3 +164,40 @@ func TestNodeSearch(t *testing.T) {
 		}
 	}
 }
+
+// TestAnOverlaidNodeSearchRanksAsAFreshOne: the node search of a snapshot
+// made from its base's stored postings (ids gone, ids new, ids kept at new
+// places) ranks every query — scores included — as one built for the
+// snapshot alone.
+func TestAnOverlaidNodeSearchRanksAsAFreshOne(t *testing.T) {
+	l := lang.NewSet(python.Language{})
+	base := graphtest.Build(t, l, graphtest.Files)
+	next := map[string]string{}
+	for p, c := range graphtest.Files {
+		next[p] = c
+	}
+	delete(next, "pkg/base.py")
+	next["pkg/engine_extra.py"] = "class EngineTurbo:\n    def run(self):\n        return 1\n\n    def helper_run(self):\n        return 2\n"
+	next["pkg/core.py"] = "# moved down\n" + graphtest.Files["pkg/core.py"]
+	g := graphtest.Build(t, l, next)
+	fresh := BuildNodeSearch(g)
+	overlaid, err := OverlayNodeSearch(g, base, BuildNodeSearch(base).Postings())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if overlaid.corpus.stats() != fresh.corpus.stats() {
+		t.Fatalf("stats %+v, fresh %+v", overlaid.corpus.stats(), fresh.corpus.stats())
+	}
+	for _, q := range []string{"Engine run", "helper", "util helpers slug", "EngineTurbo helper_run", "base Base", "pkg core"} {
+		toks := Tokens(nodeSplit.Replace(q))
+		if got, want := rankTextbook(overlaid.corpus, toks, 100), rankTextbook(fresh.corpus, toks, 100); fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("%q: %v, fresh %v", q, got, want)
+		}
+		if got, want := overlaid.Search(q, 10), fresh.Search(q, 10); !slices.Equal(got, want) {
+			t.Errorf("%q: nodes %v, fresh %v", q, got, want)
+		}
+	}
+	if _, err := OpenNodeSearch(g, BuildNodeSearch(base).Postings()); err == nil && len(searchedNodes(g)) != len(searchedNodes(base)) {
+		t.Error("another graph's node postings were attached")
+	}
+}

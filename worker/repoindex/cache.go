@@ -294,6 +294,12 @@ func (idx *Index) writeEntry(dir string) error {
 	if err := os.WriteFile(filepath.Join(dir, postingsName), postings.Encoded(), 0o644); err != nil {
 		return err
 	}
+	// The node search's postings, so that opening the entry analyses no id
+	// (an overlay analyses only its new ones).
+	nodes := codesearch.BuildNodeSearch(idx.Graph)
+	if err := os.WriteFile(filepath.Join(dir, nodesName), nodes.Postings().Encoded(), 0o644); err != nil {
+		return err
+	}
 	var graph bytes.Buffer
 	if err := idx.Graph.WriteBinary(&graph); err != nil {
 		return err
@@ -325,12 +331,12 @@ func (c *Cache) open(ctx context.Context, r *gitrepo.Repo, repo, commit string, 
 	idx := &Index{Repo: repo, Commit: commit, Engine: opts.Engine, Cached: true}
 	wait := c.historyAsync(ctx, r, repo, commit, opts)
 	start := time.Now()
-	g, release, chunks, err := c.openParts(opts, dir)
+	g, release, chunks, nodes, err := c.openParts(opts, dir)
 	if err != nil {
 		wait(nil)
 		return nil, err
 	}
-	idx.Graph, idx.Chunks = g, chunks
+	idx.Graph, idx.Chunks, idx.Nodes = g, chunks, nodes
 	idx.release = append(idx.release, release)
 	idx.timed("open", start)
 	if err := wait(idx); err != nil {
@@ -339,27 +345,58 @@ func (c *Cache) open(ctx context.Context, r *gitrepo.Repo, repo, commit string, 
 	}
 	start = time.Now()
 	idx.Summaries = summary.BuildSummaries(idx.Graph, idx.Commits, opts.Summaries)
-	idx.Nodes = codesearch.BuildNodeSearch(idx.Graph)
+	if idx.Nodes == nil { // an entry made before node postings were stored
+		idx.Nodes = codesearch.BuildNodeSearch(idx.Graph)
+	}
 	idx.timed("search", start)
 	return idx, nil
 }
 
 // openParts reads an entry's graph, opens its sources and indexes its
-// chunks; an overlay entry is opened on its base.
-func (c *Cache) openParts(opts BuildOptions, dir string) (*codegraph.Graph, func() error, *codesearch.ChunkIndex, error) {
+// chunks and node ids; an overlay entry is opened on its base. The node
+// search is nil when the entry holds none.
+func (c *Cache) openParts(opts BuildOptions, dir string) (*codegraph.Graph, func() error, *codesearch.ChunkIndex, *codesearch.NodeSearch, error) {
 	meta, err := readMeta(dir)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
 	if meta.Base != "" {
-		g, chunks, release, err := c.openOverlay(opts, dir, meta)
-		return g, release, chunks, err
+		return c.openOverlay(opts, dir, meta)
 	}
 	g, src, chunks, postings, err := c.openWhole(opts, dir)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
-	return g, src.Close, codesearch.OpenChunkIndex(g, chunks, postings), nil
+	var nodes *codesearch.NodeSearch
+	if stored, err := readNodePostings(dir); err != nil {
+		src.Close()
+		return nil, nil, nil, nil, err
+	} else if stored != nil {
+		if nodes, err = codesearch.OpenNodeSearch(g, stored); err != nil {
+			src.Close()
+			return nil, nil, nil, nil, fmt.Errorf("%s: %w", filepath.Join(dir, nodesName), err)
+		}
+	}
+	return g, src.Close, codesearch.OpenChunkIndex(g, chunks, postings), nodes, nil
+}
+
+// nodesName is a whole entry's node-id postings (codesearch.NodeSearch).
+const nodesName = "nodes.bin"
+
+// readNodePostings reads an entry's node-id postings; nil when it has none.
+func readNodePostings(dir string) (*codesearch.Postings, error) {
+	data, err := os.ReadFile(filepath.Join(dir, nodesName))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	p, err := codesearch.ReadPostings(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", filepath.Join(dir, nodesName), err)
+	}
+	return p, nil
 }
 
 // openWhole reads a whole entry's graph, chunks and postings and opens its

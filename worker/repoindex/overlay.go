@@ -48,6 +48,7 @@ type baseParts struct {
 	src      *entrySources
 	chunks   []codesearch.Chunk
 	postings *codesearch.Postings
+	nodes    *codesearch.Postings // nil: the base holds no node postings
 	// files places the base's files by path and blob: their index and size.
 	files map[fileKey][2]int
 }
@@ -154,7 +155,13 @@ func (c *Cache) openBase(opts BuildOptions, dir string) (*baseParts, error) {
 		lock.Close()
 		return nil, err
 	}
-	b := &baseParts{dir: dir, lock: lock, graph: g, src: src, chunks: chunks, postings: postings, files: map[fileKey][2]int{}}
+	nodes, err := readNodePostings(dir)
+	if err != nil {
+		src.Close()
+		lock.Close()
+		return nil, err
+	}
+	b := &baseParts{dir: dir, lock: lock, graph: g, src: src, chunks: chunks, postings: postings, nodes: nodes, files: map[fileKey][2]int{}}
 	for i, f := range g.Files() {
 		size := 0
 		if n, ok := g.Lookup(f.Path); ok && g.Nodes[n].FileIndex == int32(i) {
@@ -279,15 +286,15 @@ func (idx *Index) writeOverlay(dir string, base *baseParts) (int, error) {
 // the delta applied, the contents of each file from whichever holds it,
 // the chunks laid out and the corpus on the base's postings. The base stays
 // open, and its shared lock held, until release is called.
-func (c *Cache) openOverlay(opts BuildOptions, dir string, meta snapshotMeta) (g *codegraph.Graph, chunks *codesearch.ChunkIndex, release func() error, err error) {
+func (c *Cache) openOverlay(opts BuildOptions, dir string, meta snapshotMeta) (g *codegraph.Graph, release func() error, chunks *codesearch.ChunkIndex, nodes *codesearch.NodeSearch, err error) {
 	baseDir := filepath.Join(filepath.Dir(dir), meta.Base)
 	base, err := c.openBase(opts, baseDir)
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("overlay %s: %w", dir, err)
+		return nil, nil, nil, nil, fmt.Errorf("overlay %s: %w", dir, err)
 	}
-	fail := func(err error) (*codegraph.Graph, *codesearch.ChunkIndex, func() error, error) {
+	fail := func(err error) (*codegraph.Graph, func() error, *codesearch.ChunkIndex, *codesearch.NodeSearch, error) {
 		base.close()
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
 	own, err := openSources(sourcesPath(dir), c, opts.Languages)
 	if err != nil {
@@ -333,13 +340,19 @@ func (c *Cache) openOverlay(opts BuildOptions, dir string, meta snapshotMeta) (g
 		own.Close()
 		return fail(fmt.Errorf("overlay %s: %w", dir, err))
 	}
-	return g, codesearch.OpenChunkIndex(g, l.chunks, corpus), func() error {
+	if base.nodes != nil {
+		if nodes, err = codesearch.OverlayNodeSearch(g, base.graph, base.nodes); err != nil {
+			own.Close()
+			return fail(fmt.Errorf("overlay %s: %w", dir, err))
+		}
+	}
+	return g, func() error {
 		err := own.Close()
 		if berr := base.close(); err == nil {
 			err = berr
 		}
 		return err
-	}, nil
+	}, codesearch.OpenChunkIndex(g, l.chunks, corpus), nodes, nil
 }
 
 func readTwo(a, b string) ([]byte, []byte, error) {
