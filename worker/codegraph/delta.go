@@ -15,9 +15,10 @@ import (
 // bytes follow as runs of shifts, since an edit moves everything below it
 // in its file by the same amount. Edges are matched after the base's
 // endpoints are renumbered by node id, so an edge between definitions that
-// survived — the bulk of a graph — is copied even when its endpoints moved. Applied
-// to the base it gives the snapshot's graph record for record, in the
-// same order, so every answer read from it is the fresh build's.
+// survived — the bulk of a graph — is copied even when its endpoints
+// moved. Applied to the base it gives the snapshot's graph record for
+// record, in the same order, so every answer read from it is the fresh
+// build's.
 
 const deltaMagic = "a2farm-graph-delta 1\n"
 
@@ -44,66 +45,48 @@ func script[K comparable](base, next []K) []scriptOp {
 	for tail < len(base)-head && tail < len(next)-head && base[len(base)-1-tail] == next[len(next)-1-tail] {
 		tail++
 	}
-	var ops []scriptOp
-	if head > 0 {
-		ops = append(ops, scriptOp{kind: opCopy, n: head})
+	var s scriptBuilder
+	s.add(opCopy, head, 0)
+	at := map[K][]int{} // the middle's base positions by key, ascending
+	for i := head; i < len(base)-tail; i++ {
+		at[base[i]] = append(at[base[i]], i)
 	}
-	for _, op := range middle(base[head:len(base)-tail], next[head:len(next)-tail]) {
-		if op.kind == opInsert {
-			op.from += head
-		}
-		if l := len(ops); l > 0 && ops[l-1].kind == op.kind {
-			ops[l-1].n += op.n
-			continue
-		}
-		ops = append(ops, op)
-	}
-	if tail > 0 {
-		if l := len(ops); l > 0 && ops[l-1].kind == opCopy {
-			ops[l-1].n += tail
-		} else {
-			ops = append(ops, scriptOp{kind: opCopy, n: tail})
-		}
-	}
-	return ops
-}
-
-// middle is script's matching of the sequences' differing middles.
-func middle[K comparable](base, next []K) []scriptOp {
-	at := map[K][]int{} // base positions by key, ascending
-	for i, k := range base {
-		at[k] = append(at[k], i)
-	}
-	var ops []scriptOp
-	add := func(kind byte, from int) {
-		if l := len(ops); l > 0 && ops[l-1].kind == kind {
-			ops[l-1].n++ // inserts run in next's order, so a run stays contiguous
-			return
-		}
-		ops = append(ops, scriptOp{kind: kind, n: 1, from: from})
-	}
-	i := 0
-	for j, k := range next {
-		ps := at[k]
+	i := head // the next base record
+	for j := head; j < len(next)-tail; j++ {
+		ps := at[next[j]]
 		for len(ps) > 0 && ps[0] < i {
 			ps = ps[1:]
 		}
-		at[k] = ps
-		if len(ps) > 0 {
-			for range ps[0] - i {
-				add(opSkip, 0)
-			}
-			add(opCopy, 0)
-			i = ps[0] + 1
-			at[k] = ps[1:]
+		if len(ps) == 0 {
+			at[next[j]] = ps
+			s.add(opInsert, 1, j)
 			continue
 		}
-		add(opInsert, j)
+		s.add(opSkip, ps[0]-i, 0)
+		s.add(opCopy, 1, 0)
+		i = ps[0] + 1
+		at[next[j]] = ps[1:]
 	}
-	for range len(base) - i {
-		add(opSkip, 0)
+	s.add(opSkip, len(base)-tail-i, 0)
+	s.add(opCopy, tail, 0)
+	return s.ops
+}
+
+// scriptBuilder appends operations, joining each to a run of its kind.
+type scriptBuilder struct{ ops []scriptOp }
+
+// add appends n records of kind (an insert's first at from in next); runs
+// of one kind join, an insert run staying contiguous since next is walked
+// in order.
+func (s *scriptBuilder) add(kind byte, n, from int) {
+	if n == 0 {
+		return
 	}
-	return ops
+	if l := len(s.ops); l > 0 && s.ops[l-1].kind == kind {
+		s.ops[l-1].n += n
+		return
+	}
+	s.ops = append(s.ops, scriptOp{kind: kind, n: n, from: from})
 }
 
 type scriptOp struct {

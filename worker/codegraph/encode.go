@@ -120,13 +120,9 @@ var errBadGraph = errors.New("not an encoded code graph")
 // ReadGraph decodes what WriteBinary wrote. Contents and parse results come
 // from src when a tool needs them.
 func ReadGraph(data []byte, langs *lang.Set, src Sources) (*Graph, error) {
-	if len(data) < len(graphMagic) || string(data[:len(graphMagic)]) != graphMagic {
-		return nil, errBadGraph
-	}
-	d := decoder{b: data[len(graphMagic):]}
-	files := make([]SourceFile, d.count())
-	for i := range files {
-		files[i] = SourceFile{Path: d.str(), Blob: d.str()}
+	d, files, err := readFiles(data)
+	if err != nil {
+		return nil, err
 	}
 	g := newGraph(langs, files)
 	g.sources = src
@@ -168,6 +164,31 @@ func (d *decoder) node(files int) Node {
 		d.err = fmt.Errorf("node %q: file %d of %d", n.ID, n.FileIndex, files)
 	}
 	return n
+}
+
+// ReadGraphFiles decodes only the files (path and blob) of an encoded
+// graph: what a graph shares with another is known without its nodes and
+// edges.
+func ReadGraphFiles(data []byte) ([]SourceFile, error) {
+	_, files, err := readFiles(data)
+	return files, err
+}
+
+// readFiles decodes an encoded graph's header and files, and returns the
+// decoder at its nodes.
+func readFiles(data []byte) (*decoder, []SourceFile, error) {
+	if len(data) < len(graphMagic) || string(data[:len(graphMagic)]) != graphMagic {
+		return nil, nil, errBadGraph
+	}
+	d := &decoder{b: data[len(graphMagic):]}
+	files := make([]SourceFile, d.count())
+	for i := range files {
+		files[i] = SourceFile{Path: d.str(), Blob: d.str()}
+	}
+	if d.err != nil {
+		return nil, nil, fmt.Errorf("%w: %w", errBadGraph, d.err)
+	}
+	return d, files, nil
 }
 
 // decoder reads varints, bytes and strings, keeping the first error.

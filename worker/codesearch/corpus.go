@@ -14,8 +14,8 @@ import (
 // stored as a base plus an overlay (documents dropped, documents added)
 // rank exactly as a corpus built for that snapshot alone.
 type Corpus interface {
-	// stats are the corpus's figures the scores depend on.
-	stats() CorpusStats
+	// Stats are the corpus's figures the scores depend on.
+	Stats() CorpusStats
 	// df is the number of documents holding term.
 	df(term string) int
 	// each calls f for every document holding term (doc in the corpus's
@@ -59,7 +59,7 @@ const (
 // heap that depends on its segments' layout; those scores may differ from
 // these in the last bits.
 func rankBleve(c Corpus, query []string, k int) []Hit {
-	st := c.stats()
+	st := c.Stats()
 	if len(query) == 0 || st.Docs == 0 {
 		return nil
 	}
@@ -122,7 +122,7 @@ func rankBleve(c Corpus, query []string, k int) []Hit {
 // rankTextbook ranks c for the query's distinct tokens with textbook
 // Lucene BM25 (BM25.Search's scores and order).
 func rankTextbook(c Corpus, query []string, k int) []Hit {
-	st := c.stats()
+	st := c.Stats()
 	if st.Docs == 0 || st.Tokens == 0 {
 		return nil
 	}

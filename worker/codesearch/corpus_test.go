@@ -89,14 +89,6 @@ func randomCorpus(seed uint64, n int) []string {
 	return texts
 }
 
-func tokenLists(texts []string) [][]string {
-	docs := make([][]string, len(texts))
-	for i, text := range texts {
-		docs[i] = Tokens(text)
-	}
-	return docs
-}
-
 // TestPostingsRankAsBleveDoes: on random corpora, for queries of one to
 // ten tokens (repeated tokens, unknown ones, stop words), the postings
 // ranked with bleve's bm25 give exactly the documents, order and scores a
@@ -111,7 +103,7 @@ func TestPostingsRankAsBleveDoes(t *testing.T) {
 	for seed := range uint64(3) {
 		texts := randomCorpus(seed, 300+int(seed)*150)
 		ref := newBleveIndex(t, texts)
-		p := NewPostings(tokenLists(texts))
+		p := NewPostings(TokenLists(texts))
 		for _, q := range queries {
 			want := ref.search(t, q, len(texts))
 			got := rankBleve(p, Tokens(q), len(texts))
@@ -137,7 +129,7 @@ func TestPostingsRankAsBleveDoes(t *testing.T) {
 // TestPostingsRankAsTheTextbookEngineDoes: the postings ranked with
 // textbook BM25 are BM25.Search, score for score.
 func TestPostingsRankAsTheTextbookEngineDoes(t *testing.T) {
-	docs := tokenLists(randomCorpus(11, 500))
+	docs := TokenLists(randomCorpus(11, 500))
 	b, p := NewBM25(docs), NewPostings(docs)
 	for _, q := range []string{"session", "cookie cookies cookie", "the", "auth digest netrc quote url encode decode json raise ValueError cookie", "nothing_here"} {
 		want, got := b.Search(Tokens(q), 1000), rankTextbook(p, Tokens(q), 1000)
@@ -179,8 +171,8 @@ func TestAnOverlayRanksAsAFreshCorpus(t *testing.T) {
 		"auth digest netrc quote url encode decode json raise ValueError cookie", "newword_only_added", "no_such_word"}
 	for seed := range uint64(4) {
 		rng := rand.New(rand.NewPCG(seed, 99))
-		base := tokenLists(randomCorpus(seed, 400))
-		extra := tokenLists(randomCorpus(seed+100, 80))
+		base := TokenLists(randomCorpus(seed, 400))
+		extra := TokenLists(randomCorpus(seed+100, 80))
 		extra[0] = append(extra[0], "newword_only_added")
 		docs, keep, addedAt, added := snapshotOf(rng, base, extra)
 		fresh := NewPostings(docs)

@@ -35,7 +35,7 @@ func NewOverlay(base *Postings, keep []int32, added *Postings, addedAt []int32) 
 	if err := o.checkNumbering(); err != nil {
 		return nil, err
 	}
-	st := base.stats()
+	st := base.Stats()
 	dropped := func(doc int) bool { return keep[doc] < 0 }
 	for doc, to := range keep {
 		if to < 0 {
@@ -49,7 +49,7 @@ func NewOverlay(base *Postings, keep []int32, added *Postings, addedAt []int32) 
 		}
 		o.dfs[term]--
 	})
-	ast := added.stats()
+	ast := added.Stats()
 	st.Docs += ast.Docs
 	st.Tokens += ast.Tokens
 	for i, term := range added.terms {
@@ -155,8 +155,6 @@ func countKept(keep []int32) int {
 	}
 	return n
 }
-
-func (o *Overlay) stats() CorpusStats { return o.st }
 
 // Bytes estimates the heap the overlay holds: its base's postings (read
 // for it), its added documents, numbering and changed frequencies.

@@ -138,12 +138,10 @@ func (p *Postings) find(term string) (int, bool) {
 	return i, i < len(p.terms) && p.terms[i] == term
 }
 
-func (p *Postings) stats() CorpusStats {
+// Stats are the corpus's figures.
+func (p *Postings) Stats() CorpusStats {
 	return CorpusStats{Docs: len(p.lengths), Terms: len(p.terms), Tokens: p.tokens}
 }
-
-// Stats are the corpus's figures.
-func (p *Postings) Stats() CorpusStats { return p.stats() }
 
 func (p *Postings) df(term string) int {
 	if i, ok := p.find(term); ok {

@@ -201,11 +201,11 @@ func searchedNodes(g *codegraph.Graph) []codegraph.NodeID {
 }
 
 func nodeTokens(g *codegraph.Graph, ids []codegraph.NodeID) [][]string {
-	docs := make([][]string, len(ids))
+	texts := make([]string, len(ids))
 	for i, id := range ids {
-		docs[i] = Tokens(nodeSplit.Replace(g.Nodes[id].ID))
+		texts[i] = nodeSplit.Replace(g.Nodes[id].ID)
 	}
-	return docs
+	return TokenLists(texts)
 }
 
 // BuildNodeSearch indexes every non-test node id of g.

@@ -185,8 +185,8 @@ func TestAnOverlaidNodeSearchRanksAsAFreshOne(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if overlaid.corpus.stats() != fresh.corpus.stats() {
-		t.Fatalf("stats %+v, fresh %+v", overlaid.corpus.stats(), fresh.corpus.stats())
+	if overlaid.corpus.Stats() != fresh.corpus.Stats() {
+		t.Fatalf("stats %+v, fresh %+v", overlaid.corpus.Stats(), fresh.corpus.Stats())
 	}
 	for _, q := range []string{"Engine run", "helper", "util helpers slug", "EngineTurbo helper_run", "base Base", "pkg core"} {
 		toks := Tokens(nodeSplit.Replace(q))

@@ -38,9 +38,10 @@ import (
 //
 // Layout under the cache folder:
 //
-//	v3/snapshots/owner__name/<commit>/   meta.json, graph.bin, sources.bin, chunks.gob, postings.bin
+//	v3/snapshots/owner__name/<commit>/   a whole entry: meta.json, graph.bin, sources.bin, chunks.gob, postings.bin, nodes.bin
+//	                                      an overlay: meta.json (its base), graph.delta, sources.bin, chunks.gob, added.bin, overlay.bin
 //	v3/snapshots/owner__name/<commit>.lock
-//	v3/parse/<language>@<version>/<blob[:2]>/<blob>.gob
+//	v3/parse/<language>@<version>/<blob[:2]>/<blob>.gob.zst
 //	v3/history/owner__name.log (+ .lock)   the repository's commit records (history.Store)
 //
 // Concurrency: a snapshot is built under an exclusive flock of its own
@@ -240,7 +241,7 @@ func (c *Cache) buildEntry(ctx context.Context, r *gitrepo.Repo, commit, repo st
 	choosing := time.Now()
 	if opts.Shared == nil {
 		if listed, err := codegraph.ListSnapshot(opts.Languages, snap); err == nil {
-			if b, ok := c.chooseBase(opts, repo, listed, dir); ok {
+			if b, ok := c.chooseBase(opts, listed, dir); ok {
 				base = b
 				defer base.close() // until the overlay is installed: eviction leaves the base be
 			}
@@ -325,8 +326,8 @@ func (idx *Index) writeMeta(dir string, opts BuildOptions, base string, chunks i
 // and edges) is read in one pass, file contents and parse results only
 // when a tool shows them, chunk texts only when a search returns them,
 // the history from the repository's commit store; the postings are read
-// in place (a term's list is decoded when a query asks for it). No git object is read unless the commit store lacks
-// the snapshot's history.
+// in place (a term's list is decoded when a query asks for it). No git
+// object is read unless the commit store lacks the snapshot's history.
 func (c *Cache) open(ctx context.Context, r *gitrepo.Repo, repo, commit string, opts BuildOptions, dir string) (*Index, error) {
 	idx := &Index{Repo: repo, Commit: commit, Engine: opts.Engine, Cached: true}
 	wait := c.historyAsync(ctx, r, repo, commit, opts)
@@ -363,75 +364,77 @@ func (c *Cache) openParts(opts BuildOptions, dir string) (*codegraph.Graph, func
 	if meta.Base != "" {
 		return c.openOverlay(opts, dir, meta)
 	}
-	g, src, chunks, postings, err := c.openWhole(opts, dir)
+	w, err := c.openWhole(opts, dir)
 	if err != nil {
 		return nil, nil, nil, nil, err
 	}
 	var nodes *codesearch.NodeSearch
-	if stored, err := readNodePostings(dir); err != nil {
-		src.Close()
-		return nil, nil, nil, nil, err
-	} else if stored != nil {
-		if nodes, err = codesearch.OpenNodeSearch(g, stored); err != nil {
-			src.Close()
+	if w.nodes != nil {
+		if nodes, err = codesearch.OpenNodeSearch(w.graph, w.nodes); err != nil {
+			w.src.Close()
 			return nil, nil, nil, nil, fmt.Errorf("%s: %w", filepath.Join(dir, nodesName), err)
 		}
 	}
-	return g, src.Close, codesearch.OpenChunkIndex(g, chunks, postings), nodes, nil
+	return w.graph, w.src.Close, codesearch.OpenChunkIndex(w.graph, w.chunks, w.postings), nodes, nil
 }
 
 // nodesName is a whole entry's node-id postings (codesearch.NodeSearch).
 const nodesName = "nodes.bin"
 
-// readNodePostings reads an entry's node-id postings; nil when it has none.
-func readNodePostings(dir string) (*codesearch.Postings, error) {
-	data, err := os.ReadFile(filepath.Join(dir, nodesName))
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
+// wholeParts are a whole entry's parts as read from disk.
+type wholeParts struct {
+	graph    *codegraph.Graph
+	src      *entrySources
+	chunks   []codesearch.Chunk
+	postings *codesearch.Postings
+	nodes    *codesearch.Postings // nil: an entry made before node postings were stored
+}
+
+// openWhole reads a whole entry's graph, chunks and postings and opens its
+// sources.
+func (c *Cache) openWhole(opts BuildOptions, dir string) (*wholeParts, error) {
+	data, err := os.ReadFile(graphPath(dir))
+	if err != nil {
+		return nil, err
 	}
+	src, err := openSources(sourcesPath(dir), c, opts.Languages)
+	if err != nil {
+		return nil, err
+	}
+	w := &wholeParts{src: src}
+	if w.graph, err = codegraph.ReadGraph(data, opts.Languages, src); err != nil {
+		src.Close()
+		return nil, fmt.Errorf("%s: %w", graphPath(dir), err)
+	}
+	src.files = w.graph.Files()
+	if err := readGob(filepath.Join(dir, "chunks.gob"), &w.chunks); err != nil {
+		src.Close()
+		return nil, err
+	}
+	if w.postings, err = readPostings(filepath.Join(dir, postingsName)); err == nil {
+		w.nodes, err = readPostings(filepath.Join(dir, nodesName))
+		if errors.Is(err, fs.ErrNotExist) {
+			err = nil
+		}
+	}
+	if err != nil {
+		src.Close()
+		return nil, err
+	}
+	return w, nil
+}
+
+// readPostings reads stored postings.
+func readPostings(path string) (*codesearch.Postings, error) {
+	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
 	p, err := codesearch.ReadPostings(data)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", filepath.Join(dir, nodesName), err)
+		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return p, nil
-}
-
-// openWhole reads a whole entry's graph, chunks and postings and opens its
-// sources.
-func (c *Cache) openWhole(opts BuildOptions, dir string) (*codegraph.Graph, *entrySources, []codesearch.Chunk, *codesearch.Postings, error) {
-	data, err := os.ReadFile(graphPath(dir))
-	if err != nil {
-		return nil, nil, nil, nil, err
-	}
-	src, err := openSources(sourcesPath(dir), c, opts.Languages)
-	if err != nil {
-		return nil, nil, nil, nil, err
-	}
-	fail := func(err error) (*codegraph.Graph, *entrySources, []codesearch.Chunk, *codesearch.Postings, error) {
-		src.Close()
-		return nil, nil, nil, nil, err
-	}
-	g, err := codegraph.ReadGraph(data, opts.Languages, src)
-	if err != nil {
-		return fail(fmt.Errorf("%s: %w", graphPath(dir), err))
-	}
-	src.files = g.Files()
-	var chunks []codesearch.Chunk
-	if err := readGob(filepath.Join(dir, "chunks.gob"), &chunks); err != nil {
-		return fail(err)
-	}
-	data, err = os.ReadFile(filepath.Join(dir, postingsName))
-	if err != nil {
-		return fail(err)
-	}
-	postings, err := codesearch.ReadPostings(data)
-	if err != nil {
-		return fail(fmt.Errorf("%s: %w", filepath.Join(dir, postingsName), err))
-	}
-	return g, src, chunks, postings, nil
 }
 
 // parseAll parses files, reusing cached results by blob id. The new

@@ -209,7 +209,7 @@ func build(ctx context.Context, snap *gitrepo.Snapshot, repo string, opts BuildO
 	var own []codegraph.SourceFile
 	var ownParsed []*lang.File
 	for i, f := range src.Files {
-		if _, ok := base.files[fileKey{f.Path, f.Blob}]; !ok {
+		if _, ok := base.has(f); !ok {
 			own, ownParsed = append(own, f), append(ownParsed, parsed[i])
 		}
 	}

@@ -2,6 +2,7 @@ package repoindex
 
 import (
 	"bytes"
+	"cmp"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -40,17 +41,20 @@ const baseCandidates = 4
 
 // baseParts are a whole entry opened to be a base.
 type baseParts struct {
+	*wholeParts
 	dir string
 	// lock is a shared lock on the base's entry: eviction leaves it be while
 	// an overlay is built on it or opened.
-	lock     *os.File
-	graph    *codegraph.Graph
-	src      *entrySources
-	chunks   []codesearch.Chunk
-	postings *codesearch.Postings
-	nodes    *codesearch.Postings // nil: the base holds no node postings
+	lock *os.File
 	// files places the base's files by path and blob: their index and size.
 	files map[fileKey][2]int
+}
+
+// has reports whether the base holds a file at the same path and blob,
+// and its index.
+func (b *baseParts) has(f codegraph.SourceFile) (int, bool) {
+	bf, ok := b.files[fileKey{f.Path, f.Blob}]
+	return bf[0], ok
 }
 
 // known lists a file the base has at the same path and blob without
@@ -62,11 +66,11 @@ func (b *baseParts) known(path, blob string) (codegraph.SourceFile, bool, bool) 
 
 // content reads a file the base has from the base's sources.
 func (b *baseParts) content(f codegraph.SourceFile) ([]byte, error) {
-	bf, ok := b.files[fileKey{f.Path, f.Blob}]
+	bi, ok := b.has(f)
 	if !ok {
 		return nil, fmt.Errorf("base %s lacks %s", filepath.Base(b.dir), f.Path)
 	}
-	return b.src.Content(bf[0])
+	return b.src.Content(bi)
 }
 
 func (b *baseParts) close() error {
@@ -80,9 +84,10 @@ func (b *baseParts) close() error {
 // fileKey is a file as entries share it: the same path and blob.
 type fileKey struct{ path, blob string }
 
-// chooseBase opens the whole entry of repo that shares the most files with
-// files, when one shares enough for an overlay (ok false: none does).
-func (c *Cache) chooseBase(opts BuildOptions, repo string, files []codegraph.SourceFile, self string) (*baseParts, bool) {
+// chooseBase opens the whole entry beside self (the same repository) that
+// shares the most files with files, when one shares enough for an overlay
+// (ok false: none does).
+func (c *Cache) chooseBase(opts BuildOptions, files []codegraph.SourceFile, self string) (*baseParts, bool) {
 	want := make(map[fileKey]bool, len(files))
 	for _, f := range files {
 		want[fileKey{f.Path, f.Blob}] = true
@@ -108,36 +113,32 @@ func (c *Cache) chooseBase(opts BuildOptions, repo string, files []codegraph.Sou
 		}
 		cands = append(cands, candidate{dir, st.ModTime().UnixNano()})
 	}
-	slices.SortFunc(cands, func(a, b candidate) int { return int(b.used - a.used) })
-	var best *baseParts
-	bestShared := 0
+	slices.SortFunc(cands, func(a, b candidate) int { return cmp.Compare(b.used, a.used) })
+	best, bestShared := "", 0
 	for _, cand := range cands[:min(len(cands), baseCandidates)] {
-		b, err := c.openBase(opts, cand.dir)
+		data, err := os.ReadFile(graphPath(cand.dir))
+		if err != nil {
+			continue
+		}
+		baseFiles, err := codegraph.ReadGraphFiles(data) // the files only: one base is opened, the chosen one
 		if err != nil {
 			continue
 		}
 		shared := 0
-		for _, f := range b.graph.Files() {
+		for _, f := range baseFiles {
 			if want[fileKey{f.Path, f.Blob}] {
 				shared++
 			}
 		}
 		if shared > bestShared {
-			if best != nil {
-				best.close()
-			}
-			best, bestShared = b, shared
-		} else {
-			b.close()
+			best, bestShared = cand.dir, shared
 		}
 	}
-	if best == nil || float64(len(files)-bestShared) > maxOverlayShare*float64(len(files)) {
-		if best != nil {
-			best.close()
-		}
+	if best == "" || float64(len(files)-bestShared) > maxOverlayShare*float64(len(files)) {
 		return nil, false
 	}
-	return best, true
+	b, err := c.openBase(opts, best)
+	return b, err == nil
 }
 
 // openBase opens a whole entry's parts, holding its shared lock.
@@ -150,18 +151,13 @@ func (c *Cache) openBase(opts BuildOptions, dir string) (*baseParts, error) {
 		lock.Close()
 		return nil, fmt.Errorf("base %s is missing", filepath.Base(dir))
 	}
-	g, src, chunks, postings, err := c.openWhole(opts, dir)
+	w, err := c.openWhole(opts, dir)
 	if err != nil {
 		lock.Close()
 		return nil, err
 	}
-	nodes, err := readNodePostings(dir)
-	if err != nil {
-		src.Close()
-		lock.Close()
-		return nil, err
-	}
-	b := &baseParts{dir: dir, lock: lock, graph: g, src: src, chunks: chunks, postings: postings, nodes: nodes, files: map[fileKey][2]int{}}
+	b := &baseParts{wholeParts: w, dir: dir, lock: lock, files: map[fileKey][2]int{}}
+	g := w.graph
 	for i, f := range g.Files() {
 		size := 0
 		if n, ok := g.Lookup(f.Path); ok && g.Nodes[n].FileIndex == int32(i) {
@@ -187,10 +183,6 @@ type layout struct {
 // place lays files out on base; ownChunks are the chunks of the files the
 // base lacks, in order.
 func place(base *baseParts, files []codegraph.SourceFile, ownChunks []codesearch.Chunk) (*layout, error) {
-	baseFile := make(map[fileKey]int, len(base.graph.Files()))
-	for i, f := range base.graph.Files() {
-		baseFile[fileKey{f.Path, f.Blob}] = i
-	}
 	// The base's chunks of each file: one run, in file order.
 	runs := map[string][2]int{}
 	for i, ch := range base.chunks {
@@ -207,7 +199,7 @@ func place(base *baseParts, files []codegraph.SourceFile, ownChunks []codesearch
 	}
 	next := 0 // the next own chunk
 	for fi, f := range files {
-		bi, ok := baseFile[fileKey{f.Path, f.Blob}]
+		bi, ok := base.has(f)
 		if !ok {
 			l.fromBase[fi] = -1
 			l.own = append(l.own, fi)
@@ -236,13 +228,9 @@ func place(base *baseParts, files []codegraph.SourceFile, ownChunks []codesearch
 // base, and says how many chunks the snapshot has.
 func (idx *Index) writeOverlay(dir string, base *baseParts) (int, error) {
 	files := idx.Graph.Files()
-	isBase := make(map[fileKey]bool, len(base.graph.Files()))
-	for _, f := range base.graph.Files() {
-		isBase[fileKey{f.Path, f.Blob}] = true
-	}
 	var ownFiles []codegraph.SourceFile
 	for _, f := range files {
-		if !isBase[fileKey{f.Path, f.Blob}] {
+		if _, ok := base.has(f); !ok {
 			ownFiles = append(ownFiles, f)
 		}
 	}
@@ -320,7 +308,7 @@ func (c *Cache) openOverlay(opts BuildOptions, dir string, meta snapshotMeta) (g
 		own.Close()
 		return fail(err)
 	}
-	src.files, src.fromBase = g.Files(), l.fromBase
+	src.fromBase = l.fromBase
 	src.ownIndex = make(map[int]int, len(l.own))
 	ownFiles := make([]codegraph.SourceFile, len(l.own))
 	for oi, fi := range l.own {
@@ -368,7 +356,6 @@ func readTwo(a, b string) ([]byte, []byte, error) {
 // sources or the overlay's own.
 type layeredSources struct {
 	base, own *entrySources
-	files     []codegraph.SourceFile
 	fromBase  []int
 	ownIndex  map[int]int
 }
