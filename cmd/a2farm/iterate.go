@@ -42,6 +42,8 @@ type iterateOptions struct {
 	resume                            bool
 	trainerGrace, shardTimeout        time.Duration
 	reportTo, loggingDir              string
+	maxStaleness, roundSize           int
+	trainTries                        int
 }
 
 func newIterateCmd(e *env) *cobra.Command {
@@ -80,7 +82,17 @@ learner of a running farm do the work, and --shards names the learner's shards
 folder. The adapters' paths must be readable by the replicas.
 
 The driver's state is DIR/iterate.json: Ctrl-C exits 130 and --resume continues at
-the step it stopped in, never repeating a finished one.`,
+the step it stopped in, never repeating a finished one.
+
+Asynchronous iterations (--max-staleness K ≥ 1, or --round-size M): the training
+set is played in rounds of M instances (default: all of it), --iterations passes
+over it. Round r is published with the newest adapter served on every replica,
+as soon as its rows would be trained at a staleness of at most K (the adapters
+trained between the one that played a row and the one it is trained into); the
+trainer trains round r into adapter r, continuing the newest, while later rounds
+play, and each new adapter is loaded under its own name and confirmed on every
+replica. The adapter after each pass is evaluated beside the rollouts. K = 0
+with --round-size plays the rounds in turn.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runIterate(cmd.Context(), e, &o) },
 	}
@@ -114,6 +126,9 @@ the step it stopped in, never repeating a finished one.`,
 	f.DurationVar(&o.shardTimeout, "shard-timeout", 10*time.Minute, "how long to wait for the learner to shard an iteration once every job has a trajectory")
 	f.StringVar(&o.reportTo, "report-to", "none", "tensorboard: one dashboard for the loop — each iteration's rollout, training and evaluation, and the trainer's steps ({report}) — in --logging-dir; none: no dashboard")
 	f.StringVar(&o.loggingDir, "logging-dir", "", "the dashboard's folder (default <out>/logs; tensorboard --logdir it)")
+	f.IntVar(&o.maxStaleness, "max-staleness", 0, "asynchronous iterations: rows are trained at most this many adapters after the one that played them, and rounds play while adapters train (0: the synchronous loop); may change on --resume")
+	f.IntVar(&o.roundSize, "round-size", 0, "asynchronous iterations: instances per round (default: the whole training set)")
+	f.IntVar(&o.trainTries, "train-tries", 3, "asynchronous iterations: times a round's training is run (from the checkpoint the failed try left) before its failure stops the loop")
 	return cmd
 }
 
@@ -127,6 +142,8 @@ type iteratePlan struct {
 	Teacher                                             string `json:",omitempty"`
 	TeacherTries                                        int    `json:",omitempty"`
 	Languages                                           string `json:",omitempty"`
+	Async                                               bool   `json:",omitempty"`
+	RoundSize                                           int    `json:",omitempty"`
 	Samples, EvalSamples                                int
 	Spec                                                schema.RunSpec
 }
@@ -139,7 +156,8 @@ func runIterate(ctx context.Context, e *env, o *iterateOptions) (err error) {
 		return err
 	}
 	for _, c := range []error{checkRange("iterations", o.iterations, 1, 100), checkSamples(o.samples), checkRange("eval-samples", o.evalSamples, 1, worker.MaxSamples),
-		checkRange("workers", o.workers, 1, 256), checkConcurrency(o.concurrency)} {
+		checkRange("workers", o.workers, 1, 256), checkConcurrency(o.concurrency),
+		checkRange("max-staleness", o.maxStaleness, 0, 16), checkRange("round-size", o.roundSize, 0, 1_000_000), checkRange("train-tries", o.trainTries, 1, 100)} {
 		if c != nil {
 			return c
 		}
@@ -216,6 +234,8 @@ func runIterate(ctx context.Context, e *env, o *iterateOptions) (err error) {
 		return err
 	}
 	plan.Languages = sel.String()
+	async := o.maxStaleness > 0 || o.roundSize > 0
+	plan.Async, plan.RoundSize = async, o.roundSize
 	if st, err := iterate.Load(o.out); err != nil {
 		return err
 	} else if st != nil && !o.resume {
@@ -236,7 +256,7 @@ func runIterate(ctx context.Context, e *env, o *iterateOptions) (err error) {
 		return err
 	}
 	fc := iterate.FarmConfig{Run: o.runID, Out: o.out, Spec: spec, Gold: report, Dataset: o.datasetPath, Repos: o.reposDir,
-		Samples: o.samples, Replicas: replicas, ShardTimeout: o.shardTimeout, Learn: learn,
+		Samples: o.samples, RoundSize: o.roundSize, Replicas: replicas, ShardTimeout: o.shardTimeout, Learn: learn,
 		Trainer:   iterate.TrainerConfig{Command: o.trainer, Model: o.trainModel, Grace: o.trainerGrace},
 		Teacher:   iterate.Teacher{Model: o.teacher, Tries: o.teacherTries},
 		Player:    &localizer{e: e, policies: policies, index: index, concurrency: o.concurrency, outage: o.endpoints.outageBudget},
@@ -278,13 +298,25 @@ func runIterate(ctx context.Context, e *env, o *iterateOptions) (err error) {
 		return err
 	}
 
-	plotting := dash != nil
-	ranNow := map[int]bool{} // iterations with a step run by this process: the dashboard has the others already
-
-	reportPath := filepath.Join(o.out, "report.jsonl")
 	initial := iterate.Base
 	if o.initAdapter != "" {
 		initial = iterate.Adapter{Version: 0, Path: o.initAdapter}
+	}
+	plotter := &rowPlotter{e: e, dash: dash, ranNow: map[int]bool{}}
+	reportPath := filepath.Join(o.out, "report.jsonl")
+	if async {
+		rounds := iterate.RoundsPerPass(len(report.Instances), o.roundSize)
+		rows, stats, err := iterate.RunRounds(ctx, iterate.RoundsConfig{Dir: o.out, Rounds: o.iterations * rounds, PerPass: rounds,
+			MaxStaleness: o.maxStaleness, Warmup: o.teacher != "", Plan: plan, Resume: o.resume, Initial: initial, Steps: steps,
+			TrainTries: o.trainTries, OnEvent: func(ev iterate.Event) { printRoundEvent(e, o.runID, ev, o.trainTries, plotter) },
+			OnRow: plotter.row})
+		if werr := iterate.WriteReport(reportPath, rows); werr != nil && err == nil {
+			err = werr
+		}
+		if stats != nil {
+			printAsyncStats(e, stats)
+		}
+		return iterateOutcome(ctx, e, o, err, fmt.Sprintf("%d rounds (%d passes of %d) done; report %s", o.iterations*rounds, o.iterations, rounds, reportPath))
 	}
 	rows, err := iterate.Run(ctx, iterate.Config{Dir: o.out, Iterations: o.iterations, Warmup: o.teacher != "", Plan: plan,
 		Resume: o.resume, Initial: initial, Steps: steps,
@@ -294,30 +326,92 @@ func runIterate(ctx context.Context, e *env, o *iterateOptions) (err error) {
 				fmt.Fprintf(e.stderr, "%s: %s…\n", iterate.IterationName(k), step)
 			case finished:
 				fmt.Fprintf(e.stderr, "%s: %s done\n", iterate.IterationName(k), step)
-				ranNow[k] = true
+				plotter.ranNow[k] = true
 			}
 		},
-		OnRow: func(r iterate.Row) {
-			printIterationRow(e, r)
-			if plotting && ranNow[r.Iteration] {
-				if err := dash.Row(r); err != nil {
-					e.log.Warn().Err(err).Str("dir", dash.Dir).Msg("dashboard not written; report.jsonl has the figures")
-					plotting = false
-				}
-			}
-		}})
+		OnRow: plotter.row})
 	if werr := iterate.WriteReport(reportPath, rows); werr != nil && err == nil {
 		err = werr
 	}
+	return iterateOutcome(ctx, e, o, err, fmt.Sprintf("%d iterations done; report %s", o.iterations, reportPath))
+}
+
+// rowPlotter prints each finished row and plots it on the dashboard when
+// this process ran a step of it (the dashboard has the others already).
+type rowPlotter struct {
+	e      *env
+	dash   *iterate.Dashboard
+	ranNow map[int]bool
+}
+
+func (p *rowPlotter) row(r iterate.Row) {
+	printIterationRow(p.e, r)
+	if p.dash != nil && p.ranNow[r.Iteration] {
+		if err := p.dash.Row(r); err != nil {
+			p.e.log.Warn().Err(err).Str("dir", p.dash.Dir).Msg("dashboard not written; report.jsonl has the figures")
+			p.dash = nil
+		}
+	}
+}
+
+// printRoundEvent says what a round's step does, with the rounds in
+// flight.
+func printRoundEvent(e *env, run string, ev iterate.Event, tries int, p *rowPlotter) {
+	name := fmt.Sprintf("round %d", ev.Round)
+	if ev.Round == 0 {
+		name = iterate.IterationName(0)
+	}
+	switch {
+	case ev.Err != nil && ev.Retry:
+		fmt.Fprintf(e.stderr, "%s: %s failed (%v); running it again from its checkpoint (at most %d tries)\n", name, ev.Step, ev.Err, tries)
+	case ev.Err != nil:
+	case ev.Finished:
+		fmt.Fprintf(e.stderr, "%s: %s done (%d rounds playing)\n", name, ev.Step, ev.InFlight)
+		p.ranNow[ev.Round] = true
+	case ev.Step == iterate.StepRollout:
+		fmt.Fprintf(e.stderr, "%s: rollout with %s (%d rounds playing)…\n", name, adapterLabel(run, ev.Adapter), ev.InFlight)
+	default:
+		fmt.Fprintf(e.stderr, "%s: %s %s…\n", name, ev.Step, adapterLabel(run, ev.Adapter))
+	}
+}
+
+func adapterLabel(run string, a iterate.Adapter) string {
+	if a.Version < 0 {
+		return "the base model"
+	}
+	return iterate.AdapterName(run, a.Version)
+}
+
+// printAsyncStats prints the overlap: the rows trained by staleness, each
+// side's idle time, the rounds in flight.
+func printAsyncStats(e *env, s *iterate.AsyncStats) {
+	var hist []string
+	for k := range s.MaxSeen() + 1 {
+		hist = append(hist, fmt.Sprintf("%d: %d", k, s.RowsByStaleness[k]))
+	}
+	dropped := ""
+	if s.Dropped > 0 {
+		dropped = fmt.Sprintf(", %d rows dropped over the bound", s.Dropped)
+	}
+	fmt.Fprintf(e.stdout, "rows trained by staleness (bound %d): {%s}%s; trainer idle %.1f s, rollouts idle %.1f s of %.1f s; at most %d rounds playing at once\n",
+		s.MaxStaleness, strings.Join(hist, ", "), dropped, s.TrainerIdle, s.RolloutIdle, s.Seconds, s.MaxInFlight)
+}
+
+// iterateOutcome turns the loop's error into the command's: done, stopped
+// by Ctrl-C (resumable), a step that failed, or a refused state.
+func iterateOutcome(ctx context.Context, e *env, o *iterateOptions, err error, done string) error {
 	var step *iterate.StepError
 	switch {
 	case err == nil:
-		fmt.Fprintf(e.stdout, "%d iterations done; report %s\n", o.iterations, reportPath)
+		fmt.Fprintln(e.stdout, done)
 		return nil
 	case ctx.Err() != nil:
 		where := "before the first step"
 		if errors.As(err, &step) {
 			where = fmt.Sprintf("in iteration %d, step %s", step.Iteration, step.Step)
+		}
+		if o.maxStaleness > 0 || o.roundSize > 0 {
+			where = "with rounds in flight"
 		}
 		return &interruptedError{fmt.Sprintf("stopped %s; the same command with --resume continues there (state %s)",
 			where, filepath.Join(o.out, iterate.StateName))}
@@ -392,7 +486,11 @@ func (o *iterateOptions) dashboard() (*iterate.Dashboard, error) {
 // printIterationRow prints an iteration's report row as one line.
 func printIterationRow(e *env, r iterate.Row) {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s:", iterate.IterationName(r.Iteration))
+	if r.Acting != nil {
+		fmt.Fprintf(&b, "round %d:", r.Iteration)
+	} else {
+		fmt.Fprintf(&b, "%s:", iterate.IterationName(r.Iteration))
+	}
 	if ro := r.Rollout; ro != nil && ro.Tries > 0 {
 		fmt.Fprintf(&b, " teacher %s solved %d of %d instances in %d tries, %d SFT rows;", ro.Model, ro.Solved, ro.Instances, ro.Tries, ro.Rows)
 	} else if ro != nil {
@@ -400,9 +498,12 @@ func printIterationRow(e *env, r iterate.Row) {
 			ro.Model, ro.Trajectories, ro.Rows, ro.AdvantageMean, ro.AdvantageStd, ro.WeightMean, ro.DCGapFile)
 	}
 	if t := r.Train; t != nil {
-		if t.Skipped != "" {
+		switch {
+		case t.Skipped != "":
 			fmt.Fprintf(&b, " train skipped (%s);", t.Skipped)
-		} else {
+		case r.Staleness != nil:
+			fmt.Fprintf(&b, " train %d steps at staleness %d, loss %.4f → %.4f, %.2f s/step;", t.Steps, *r.Staleness, t.LossFirst, t.LossLast, t.SecondsPerStep)
+		default:
 			fmt.Fprintf(&b, " train %d steps, loss %.4f → %.4f, %.2f s/step;", t.Steps, t.LossFirst, t.LossLast, t.SecondsPerStep)
 		}
 	}

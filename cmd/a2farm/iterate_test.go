@@ -410,3 +410,61 @@ func (g goldRow) answer() string {
 	}
 	return b.String() + "```"
 }
+
+// TestIterateAsyncRoundsPlayWhileAdaptersTrain: --max-staleness 1
+// --round-size 2 plays the six instances in three rounds; each round's
+// episodes are played by the adapter its report row names, within the
+// bound; every new adapter is loaded on both replicas under its own name,
+// and the command ends with the rows trained by staleness.
+func TestIterateAsyncRoundsPlayWhileAdaptersTrain(t *testing.T) {
+	f := newIterateFixture(t)
+	trainer := "mkdir -p {out} && touch {out}/adapter_config.json && sleep 0.3"
+	code, out, errOut := run(t, f.args(trainer, "--iterations", "1", "--max-staleness", "1", "--round-size", "2")...)
+	if code != 0 {
+		t.Fatalf("exit %d\n%s", code, errOut)
+	}
+	if !strings.Contains(out, "3 rounds (1 passes of 3) done") || !strings.Contains(out, "rows trained by staleness (bound 1)") {
+		t.Errorf("stdout:\n%s", out)
+	}
+	data, err := os.ReadFile(filepath.Join(f.out, "report.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rows []iterate.Row
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		var r iterate.Row
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatal(err)
+		}
+		rows = append(rows, r)
+	}
+	if len(rows) != 3 {
+		t.Fatalf("%d report rows, want 3", len(rows))
+	}
+	perModel := map[string]int{}
+	for i, r := range rows {
+		if r.Iteration != i+1 || r.Acting == nil || r.Staleness == nil || *r.Staleness > 1 || r.Rollout.Jobs != 4 {
+			t.Fatalf("row %d: %+v", i, r)
+		}
+		perModel[iterate.AdapterName("r", *r.Acting)] += r.Rollout.Jobs
+	}
+	for model, jobs := range perModel {
+		if n := f.episodes(model); n < jobs { // each job's episode asks at least once, plus the confirmations
+			t.Errorf("%s served %d requests, fewer than its %d jobs", model, n, jobs)
+		}
+	}
+	for _, r := range []*policytest.Replica{f.a, f.b} {
+		var loaded []string
+		for _, l := range r.Loads() {
+			if l.Op == "load" && !slices.Contains(loaded, l.Name) {
+				loaded = append(loaded, l.Name)
+			}
+		}
+		if want := []string{"r-it0", "r-it1", "r-it2", "r-it3"}; !slices.Equal(loaded, want) {
+			t.Errorf("replica %s loaded %v, want %v", r.URL, loaded, want)
+		}
+	}
+	if !strings.Contains(errOut, "round 2: rollout with r-it0 (2 rounds playing)") {
+		t.Errorf("round 2 did not play beside round 1 with adapter 0:\n%s", errOut)
+	}
+}

@@ -60,8 +60,12 @@ type FarmConfig struct {
 	// Dataset and Repos are the training set's file and repositories.
 	Dataset, Repos string
 	// Samples are the rollouts per instance and iteration.
-	Samples  int
-	Replicas []Replica
+	Samples int
+	// RoundSize, when set, plays the training set in rounds of that many
+	// instances (asynchronous iterations): iteration k is a round, and plays
+	// slice (k−1) mod RoundsPerPass of the training set.
+	RoundSize int
+	Replicas  []Replica
 
 	// Bus is the farm the iterations are published to; Shards is the tree
 	// its learner writes (<run>/<iteration>/<group>/).
@@ -255,14 +259,15 @@ func (f *Farm) rollout(ctx context.Context, k int, a Adapter) (RolloutResult, er
 	spec := f.cfg.Spec
 	spec.Policy = f.policyOf(a)
 	progress, finish := f.cfg.Progress("published")
+	instances := f.instancesOf(k)
 	pub, err := coordinator.Publish(ctx, coordinator.RunConfig{Bus: f.cfg.Bus, RunID: f.cfg.Run, Iteration: int64(k),
-		Instances: f.cfg.Gold.Instances, Gold: f.cfg.Gold.Locations(), Samples: f.cfg.Samples, Spec: spec, Progress: progress})
+		Instances: instances, Gold: f.cfg.Gold.Locations(), Samples: f.cfg.Samples, Spec: spec, Progress: progress})
 	finish()
 	if err != nil {
 		return RolloutResult{}, err
 	}
 	if !pub.Complete {
-		if err := f.waitAnswered(ctx, pub.Manifest); err != nil {
+		if err := f.waitAnswered(ctx, pub.Manifest, instances); err != nil {
 			return RolloutResult{}, err
 		}
 	}
@@ -277,17 +282,37 @@ func (f *Farm) rollout(ctx context.Context, k int, a Adapter) (RolloutResult, er
 // waitAnswered follows the iteration until every job has a trajectory. Jobs
 // that exhaust their deliveries are dead-lettered meanwhile (with a learner
 // running, each advisory goes to one of them).
-func (f *Farm) waitAnswered(ctx context.Context, m *schema.RunManifest) error {
+func (f *Farm) waitAnswered(ctx context.Context, m *schema.RunManifest, instances []schema.Instance) error {
 	defer f.cfg.Bus.StartDeadJobHandler(ctx, f.cfg.Log)()
 	progress, finish := f.cfg.Progress("trajectories")
 	defer finish()
-	return coordinator.Wait(ctx, f.cfg.Bus, m, coordinator.WaitOptions{Instances: f.cfg.Gold.Instances, Progress: progress,
+	return coordinator.Wait(ctx, f.cfg.Bus, m, coordinator.WaitOptions{Instances: instances, Progress: progress,
 		Rejected: func(seq uint64, why string) {
 			f.cfg.Log.Warn().Uint64("seq", seq).Str("reason", why).Msg("a message in the run's trajectory log counts nowhere")
 		},
 		OnError: func(err error) {
 			f.cfg.Log.Warn().Err(err).Msg("lost the NATS server; waiting for it (the run goes on)")
 		}})
+}
+
+// RoundsPerPass is how many rounds of size play a training set of n
+// instances once.
+func RoundsPerPass(n, size int) int {
+	if size <= 0 || size >= n {
+		return 1
+	}
+	return (n + size - 1) / size
+}
+
+// instancesOf is what iteration (or round) k plays: the whole training
+// set, or round k's slice of it.
+func (f *Farm) instancesOf(k int) []schema.Instance {
+	all := f.cfg.Gold.Instances
+	if f.cfg.RoundSize <= 0 || f.cfg.RoundSize >= len(all) {
+		return all
+	}
+	slice := (k - 1) % RoundsPerPass(len(all), f.cfg.RoundSize)
+	return all[slice*f.cfg.RoundSize : min((slice+1)*f.cfg.RoundSize, len(all))]
 }
 
 // waitSharded waits until the learner reports every group of iteration k

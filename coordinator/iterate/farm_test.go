@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -330,5 +331,61 @@ func TestARolloutEndsWhenAnEmbeddedRoleFails(t *testing.T) {
 	ctx, stop = (&Farm{}).whileTheFarmRuns(context.Background())
 	if ctx.Err() != nil || stop(nil) != nil {
 		t.Error("without an embedded farm the step runs as it is")
+	}
+}
+
+// TestRoundsPlayTheTrainingSetInSlicesOnTheFarm: with a round size, each
+// round publishes its slice of the training set (a pass covers it once),
+// rounds play beside the training the bound allows, each round's shards
+// hold only its instances, and a version is evaluated after the pass.
+func TestRoundsPlayTheTrainingSetInSlicesOnTheFarm(t *testing.T) {
+	f := newFarmFixture(t)
+	f.cfg.RoundSize = 2
+	f.cfg.Trainer.Command = `mkdir -p {out} && touch {out}/adapter_config.json`
+	farm, err := NewFarm(f.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := f.cfg.Gold.Instances
+	perPass := RoundsPerPass(len(all), 2)
+	if perPass != (len(all)+1)/2 || perPass < 2 {
+		t.Fatalf("%d instances in rounds of 2: %d rounds per pass", len(all), perPass)
+	}
+	rows, stats, err := RunRounds(context.Background(), RoundsConfig{Dir: f.cfg.Out, Rounds: perPass, PerPass: perPass,
+		MaxStaleness: 1, Plan: 1, Steps: farm})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]int{}
+	for i, row := range rows {
+		r := i + 1
+		want := all[(r-1)*2 : min(r*2, len(all))]
+		groups, _ := filepath.Glob(filepath.Join(f.cfg.Shards, "r", fmt.Sprint(r), "*"))
+		if row.Rollout == nil || row.Rollout.Jobs != 2*len(want) || row.Rollout.Groups != len(want) || len(groups) != len(want) {
+			t.Errorf("round %d: %+v, %d group folders; want %d instances", r, row.Rollout, len(groups), len(want))
+		}
+		for _, g := range groups {
+			seen[filepath.Base(g)]++
+		}
+		if row.Staleness == nil || *row.Staleness > 1 || row.Train == nil || row.Train.Adapter != AdapterDir(f.cfg.Out, r) {
+			t.Errorf("round %d: staleness %v, trained %+v", r, row.Staleness, row.Train)
+		}
+	}
+	for _, in := range all {
+		n := 0
+		for g, c := range seen {
+			if strings.Contains(g, in.InstanceID) {
+				n += c
+			}
+		}
+		if n != 1 {
+			t.Errorf("instance %s has %d groups in the pass, want 1", in.InstanceID, n)
+		}
+	}
+	if last := rows[len(rows)-1]; last.Eval == nil || last.Eval.Instances != len(all) {
+		t.Errorf("the pass's adapter was not evaluated: %+v", last.Eval)
+	}
+	if stats.RowsTrained() == 0 || stats.MaxSeen() > 1 {
+		t.Errorf("stats %+v", stats)
 	}
 }

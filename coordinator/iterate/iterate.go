@@ -162,6 +162,11 @@ type Row struct {
 	Train     *TrainResult     `json:"train,omitempty"`
 	Eval      *EvalResult      `json:"eval,omitempty"`
 	Seconds   map[Step]float64 `json:"seconds"`
+	// Acting is the version of the adapter that played the round (−1: the
+	// base model), and Staleness how many adapters were trained between it
+	// and the round's own: asynchronous iterations only.
+	Acting    *int `json:"acting_version,omitempty"`
+	Staleness *int `json:"staleness,omitempty"`
 }
 
 // Scalars are the row's figures as a dashboard plots them, by tag: the
@@ -219,6 +224,10 @@ type State struct {
 	Plan json.RawMessage `json:"plan"`
 	Done []Done          `json:"done"`
 	Rows []Row           `json:"rows"`
+	// Async and Retired are asynchronous iterations': the loop's stats,
+	// and the versions unloaded from the replicas.
+	Async   *AsyncStats `json:"async,omitempty"`
+	Retired []int       `json:"retired,omitempty"`
 }
 
 func (s *State) done(k int, step Step) bool {
@@ -287,24 +296,9 @@ func Run(ctx context.Context, cfg Config) ([]Row, error) {
 	if cfg.Iterations < 1 {
 		return nil, fmt.Errorf("iterations %d: want 1 or more", cfg.Iterations)
 	}
-	plan, err := json.Marshal(cfg.Plan)
+	st, path, err := openState(cfg.Dir, cfg.Plan, cfg.Resume)
 	if err != nil {
 		return nil, err
-	}
-	path := filepath.Join(cfg.Dir, StateName)
-	st, err := load(path)
-	switch {
-	case err != nil:
-		return nil, err
-	case st != nil && !cfg.Resume:
-		return nil, fmt.Errorf("%s %w: pass --resume to continue it, or use another folder", cfg.Dir, ErrStateExists)
-	case st != nil && !samePlan(st.Plan, plan):
-		return nil, &PlanMismatchError{Path: path}
-	case st == nil:
-		st = &State{Format: StateFormat, Plan: plan}
-		if err := save(path, st); err != nil {
-			return nil, err
-		}
 	}
 	first := 1
 	if cfg.Warmup {
@@ -341,6 +335,31 @@ func Run(ctx context.Context, cfg Config) ([]Row, error) {
 		}
 	}
 	return st.Rows, nil
+}
+
+// openState reads the state in dir to resume it, or starts one: a state
+// without resume, or resumed with another plan, is refused.
+func openState(dir string, plan any, resume bool) (*State, string, error) {
+	fingerprint, err := json.Marshal(plan)
+	if err != nil {
+		return nil, "", err
+	}
+	path := filepath.Join(dir, StateName)
+	st, err := load(path)
+	switch {
+	case err != nil:
+		return nil, "", err
+	case st != nil && !resume:
+		return nil, "", fmt.Errorf("%s %w: pass --resume to continue it, or use another folder", dir, ErrStateExists)
+	case st != nil && !samePlan(st.Plan, fingerprint):
+		return nil, "", &PlanMismatchError{Path: path}
+	case st == nil:
+		st = &State{Format: StateFormat, Plan: fingerprint}
+		if err := save(path, st); err != nil {
+			return nil, "", err
+		}
+	}
+	return st, path, nil
 }
 
 // samePlan compares two plans as JSON values (the state file indents its
