@@ -116,6 +116,13 @@ bench-trainer: build trainer-env ## the trainer on CPU: packed vs padded tokens/
 	cd trainer && PYTHONPATH=$(abspath trainer/src):$(abspath trainer/support) HF_HUB_OFFLINE=1 $(abspath $(TRAINER_PY)) -m a2farm_support.bench layouts \
 	  --tokenizer $(QWEN3_TOKENIZER) --sequences 24 | tee $(abspath $(RUN_DIR))/bench-trainer-layouts.json
 
+.PHONY: bench-async
+bench-async: build trainer-env ## asynchronous iterations: the same rounds played and trained synchronously and with --max-staleness 1 and 2 (stand-in policy at a fixed latency per turn, the CPU trainer on a tiny model), one after the other in one run (docs/BENCHMARKS.md)
+	@mkdir -p $(RUN_DIR)
+	rm -rf $(RUN_DIR)/bench-async
+	cd trainer && PYTHONPATH=$(abspath trainer/src):$(abspath trainer/support) HF_HUB_OFFLINE=1 $(abspath $(TRAINER_PY)) -m a2farm_support.bench_async \
+	  --bin $(abspath $(BIN)) --tokenizer $(QWEN3_TOKENIZER) --out $(abspath $(RUN_DIR))/bench-async | tee $(abspath $(RUN_DIR))/bench-async.json
+
 .PHONY: lint
 lint: ## gofmt and go vet
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \

@@ -95,8 +95,12 @@ func TestProcessExcludesFailuresFromGroups(t *testing.T) {
 }
 
 func TestShardRowsRoundTrip(t *testing.T) {
-	res, err := Process([]schema.Trajectory{traj(0, schema.StatusOK, true, "read"), traj(1, schema.StatusOK, false, "read"),
-		traj(2, schema.StatusOK, true, "other")}, gold, DefaultConfig())
+	played := []schema.Trajectory{traj(0, schema.StatusOK, true, "read"), traj(1, schema.StatusOK, false, "read"),
+		traj(2, schema.StatusOK, true, "other")}
+	for i := range played {
+		played[i].Policy = schema.Policy{Kind: schema.PolicyOpenAI, Model: "r-it2", Version: "it2"}
+	}
+	res, err := Process(played, gold, DefaultConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +123,7 @@ func TestShardRowsRoundTrip(t *testing.T) {
 		}
 		row := td.Rows[0]
 		// system, task, then reply/tool for two turns and the final reply
-		if len(row.Weights) != 3 || len(row.Turns) != 3 || len(row.Messages) != 2+2+2+1 || row.FirstTurn != 0 || row.LastTurn != 2 {
+		if len(row.Weights) != 3 || len(row.Turns) != 3 || len(row.Messages) != 2+2+2+1 || row.FirstTurn != 0 || row.LastTurn != 2 || row.PolicyVersion != "it2" {
 			t.Fatalf("row has %d weights and %d messages: %+v", len(row.Weights), len(row.Messages), row)
 		}
 		written = append(written, row)

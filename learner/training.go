@@ -3,6 +3,7 @@ package learner
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -180,6 +181,7 @@ func tokenRows(lt Labeled) ([]schema.TokenRow, shard.TokenStats, error) {
 	// keeps the longest common prefix.
 	var base []int32
 	cur := -1 // the sequence the next turn may join
+	withLogprobs := false
 	own := tr.OwnTurns()
 	for i, turn := range tr.Turns {
 		if i < own {
@@ -216,23 +218,43 @@ func tokenRows(lt Labeled) ([]schema.TokenRow, shard.TokenStats, error) {
 			seq := &rows[cur]
 			seq.InputIDs = append(append(seq.InputIDs, turn.PromptTokenIDs...), turn.TokenIDs...)
 			seq.LossWeights = appendRepeat(appendRepeat(seq.LossWeights, 0, len(turn.PromptTokenIDs)), w, len(turn.TokenIDs))
+			seq.Logprobs = appendLogprobs(appendRepeat(seq.Logprobs, nan, len(turn.PromptTokenIDs)), turn)
 			seq.LastTurn = turn.Index
 		} else {
 			n := int(turn.PromptTokenKeep) + len(turn.PromptTokenIDs)
 			ids := make([]int32, 0, n+len(turn.TokenIDs))
 			ids = append(append(append(ids, base[:turn.PromptTokenKeep]...), turn.PromptTokenIDs...), turn.TokenIDs...)
 			rows = append(rows, schema.TokenRow{Span: tr.Span(turn.Index, turn.Index), InputIDs: ids,
-				LossWeights: appendRepeat(make([]float32, n, len(ids)), w, len(turn.TokenIDs))})
+				LossWeights: appendRepeat(make([]float32, n, len(ids)), w, len(turn.TokenIDs)),
+				Logprobs:    appendLogprobs(appendRepeat(make([]float32, 0, len(ids)), nan, n), turn)})
 			cur = len(rows) - 1
+		}
+		if len(turn.Logprobs) > 0 {
+			withLogprobs = true
 		}
 		base = rows[cur].InputIDs // a sequence is always its last turn's prompt and completion
 	}
-	for _, r := range rows {
+	for i, r := range rows {
 		st.Sequences++
 		st.Tokens += len(r.InputIDs)
+		if !withLogprobs { // the server returned none: the column stays empty
+			rows[i].Logprobs = nil
+		}
 	}
 	st.Add(shard.TokenStats{}) // fills the merge rate
 	return rows, st, nil
+}
+
+var nan = float32(math.NaN())
+
+// appendLogprobs appends the log-probabilities of turn's completion ids:
+// the server's, or NaN for each id when it returned none (or a count that
+// is not one per id).
+func appendLogprobs(s []float32, turn schema.Turn) []float32 {
+	if len(turn.Logprobs) == len(turn.TokenIDs) {
+		return append(s, turn.Logprobs...)
+	}
+	return appendRepeat(s, nan, len(turn.TokenIDs))
 }
 
 func appendRepeat(s []float32, v float32, n int) []float32 {

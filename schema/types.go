@@ -412,11 +412,16 @@ type ShardRow struct {
 // tokenized it: a turn's prompt ids, its completion ids, and for each
 // following turn whose prompt extends that, the new prompt ids and its
 // completion. LossWeights has one entry per id: the turn's weight on its
-// completion ids, 0 on every other id.
+// completion ids, 0 on every other id. Logprobs, when the server returned
+// any (the policy's logprobs), has one entry per id too: the acting
+// policy's log-probability of each completion id, NaN where it is not
+// known (prompt ids, a turn the server returned none for) — what a
+// truncated importance weight divides by.
 type TokenRow struct {
 	Span        `arrow:",inline"`
 	InputIDs    []int32   `json:"input_ids" arrow:"input_ids"`
 	LossWeights []float32 `json:"loss_weights" arrow:"loss_weights"`
+	Logprobs    []float32 `json:"logprobs,omitempty" arrow:"logprobs"`
 }
 
 // Span names the turns of one trajectory that a training row holds.
@@ -428,12 +433,16 @@ type Span struct {
 	Sample     int64  `json:"sample" arrow:"sample"`
 	FirstTurn  int64  `json:"first_turn" arrow:"first_turn"`
 	LastTurn   int64  `json:"last_turn" arrow:"last_turn"`
+	// PolicyVersion is the version of the policy that played the turns (the
+	// trajectory's Policy.Version: "base", "it3"), so that a row's staleness
+	// is known wherever it is trained.
+	PolicyVersion string `json:"policy_version" arrow:"policy_version"`
 }
 
 // Span is the span of turns first..last of the trajectory.
 func (tr Trajectory) Span(first, last int64) Span {
 	return Span{JobID: tr.JobID, RunID: tr.RunID, Iteration: tr.Iteration, InstanceID: tr.InstanceID, Sample: tr.Sample,
-		FirstTurn: first, LastTurn: last}
+		FirstTurn: first, LastTurn: last, PolicyVersion: tr.Policy.Version}
 }
 
 // LocOutput is one row of loc_outputs.jsonl: the parsed answer of one

@@ -314,7 +314,7 @@ func runIterate(ctx context.Context, e *env, o *iterateOptions) (err error) {
 			err = werr
 		}
 		if stats != nil {
-			printAsyncStats(e, stats)
+			fmt.Fprintln(e.stdout, stats)
 		}
 		return iterateOutcome(ctx, e, o, err, fmt.Sprintf("%d rounds (%d passes of %d) done; report %s", o.iterations*rounds, o.iterations, rounds, reportPath))
 	}
@@ -380,21 +380,6 @@ func adapterLabel(run string, a iterate.Adapter) string {
 		return "the base model"
 	}
 	return iterate.AdapterName(run, a.Version)
-}
-
-// printAsyncStats prints the overlap: the rows trained by staleness, each
-// side's idle time, the rounds in flight.
-func printAsyncStats(e *env, s *iterate.AsyncStats) {
-	var hist []string
-	for k := range s.MaxSeen() + 1 {
-		hist = append(hist, fmt.Sprintf("%d: %d", k, s.RowsByStaleness[k]))
-	}
-	dropped := ""
-	if s.Dropped > 0 {
-		dropped = fmt.Sprintf(", %d rows dropped over the bound", s.Dropped)
-	}
-	fmt.Fprintf(e.stdout, "rows trained by staleness (bound %d): {%s}%s; trainer idle %.1f s, rollouts idle %.1f s of %.1f s; at most %d rounds playing at once\n",
-		s.MaxStaleness, strings.Join(hist, ", "), dropped, s.TrainerIdle, s.RolloutIdle, s.Seconds, s.MaxInFlight)
 }
 
 // iterateOutcome turns the loop's error into the command's: done, stopped

@@ -419,9 +419,32 @@ func (g goldRow) answer() string {
 func TestIterateAsyncRoundsPlayWhileAdaptersTrain(t *testing.T) {
 	f := newIterateFixture(t)
 	trainer := "mkdir -p {out} && touch {out}/adapter_config.json && sleep 0.3"
+	// Replica a restarts while round 3 plays with adapter 1: it forgets
+	// every adapter, and the episodes that find r-it1 missing load it again.
+	restarted := make(chan struct{})
+	go func() {
+		defer close(restarted)
+		for deadline := time.Now().Add(time.Minute); f.a.Served()["r-it1"] < 3; time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				return
+			}
+		}
+		f.a.Stop()
+		f.a.Start(t)
+	}()
 	code, out, errOut := run(t, f.args(trainer, "--iterations", "1", "--max-staleness", "1", "--round-size", "2")...)
+	<-restarted
 	if code != 0 {
 		t.Fatalf("exit %d\n%s", code, errOut)
+	}
+	reloaded := 0
+	for _, l := range f.a.Loads() {
+		if l == (policytest.Load{Op: "load", Name: "r-it1", Path: filepath.Join(f.out, "adapters", "it1")}) {
+			reloaded++
+		}
+	}
+	if reloaded < 2 {
+		t.Errorf("replica a loaded r-it1 %d times: the restart did not happen while it played, or nothing loaded it again", reloaded)
 	}
 	if !strings.Contains(out, "3 rounds (1 passes of 3) done") || !strings.Contains(out, "rows trained by staleness (bound 1)") {
 		t.Errorf("stdout:\n%s", out)
@@ -443,7 +466,7 @@ func TestIterateAsyncRoundsPlayWhileAdaptersTrain(t *testing.T) {
 	}
 	perModel := map[string]int{}
 	for i, r := range rows {
-		if r.Iteration != i+1 || r.Acting == nil || r.Staleness == nil || *r.Staleness > 1 || r.Rollout.Jobs != 4 {
+		if r.Iteration != i+1 || r.Acting == nil || r.Staleness == nil || *r.Staleness > 1 || r.Rollout.Jobs != 4 || r.Rollout.Trajectories != 4 {
 			t.Fatalf("row %d: %+v", i, r)
 		}
 		perModel[iterate.AdapterName("r", *r.Acting)] += r.Rollout.Jobs
@@ -466,5 +489,17 @@ func TestIterateAsyncRoundsPlayWhileAdaptersTrain(t *testing.T) {
 	}
 	if !strings.Contains(errOut, "round 2: rollout with r-it0 (2 rounds playing)") {
 		t.Errorf("round 2 did not play beside round 1 with adapter 0:\n%s", errOut)
+	}
+	code, out, errOut = run(t, "status", "--iterate", f.out)
+	if code != 0 || !strings.Contains(out, "3 rounds trained, newest adapter it3; playing: none") || !strings.Contains(out, "rows trained by staleness (bound 1)") {
+		t.Errorf("status --iterate: exit %d\n%s%s", code, out, errOut)
+	}
+	code, out, _ = run(t, "status", "--iterate", f.out, "--json")
+	var loop iterate.LoopStatus
+	if code != 0 || json.Unmarshal([]byte(out), &loop) != nil || loop.Trained != 3 || loop.Async.RowsTrained() == 0 {
+		t.Errorf("status --iterate --json: exit %d, %+v\n%s", code, loop, out)
+	}
+	if code, _, errOut = run(t, "status", "--iterate", t.TempDir()); code != exitUsage || !strings.Contains(errOut, "no iterate run there") {
+		t.Errorf("status --iterate on an empty folder: exit %d\n%s", code, errOut)
 	}
 }

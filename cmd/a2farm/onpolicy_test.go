@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -73,6 +74,12 @@ func (s *onPolicyScript) reply(req policytest.Request) policytest.Reply {
 	}
 	r.PromptTokenIDs = s.template.Prompt(req.Messages)
 	r.CompletionTokenID = s.template.Completion(r)
+	if req.Logprobs {
+		r.Logprobs = make([]float32, len(r.CompletionTokenID))
+		for i := range r.Logprobs {
+			r.Logprobs[i] = -float32(i%7+1) / 8
+		}
+	}
 	s.mu.Lock()
 	s.replies[*req.Seed] = r
 	s.mu.Unlock()
@@ -87,9 +94,12 @@ func (s *onPolicyScript) reply(req policytest.Request) policytest.Reply {
 // tokens, and turns merge exactly when the served prompt extends the
 // sequence.
 func TestShardsAreWhatThePolicySaw(t *testing.T) {
-	for _, textMode := range []bool{false, true} {
-		t.Run(fmt.Sprintf("text mode %v", textMode), func(t *testing.T) {
-			s := rollOutOnPolicy(t, textMode, nil)
+	for _, tc := range []struct {
+		textMode bool
+		extra    []string
+	}{{}, {textMode: true}, {extra: []string{"--logprobs"}}} {
+		t.Run(fmt.Sprintf("text mode %v %v", tc.textMode, tc.extra), func(t *testing.T) {
+			s := rollOutOnPolicy(t, tc.textMode, tc.extra)
 			checkMessageRows(t, s.rows, s.requests)
 			checkTokenRows(t, s.tokens, s.rows, s.script.replies, len(s.requests))
 			checkManifest(t, s)
@@ -250,6 +260,36 @@ func checkMessageRows(t *testing.T, rows []schema.ShardRow, requests map[int64][
 	}
 }
 
+// checkTokenLogprobs: a token row holds the served log-probability of each
+// completion id and NaN on every other id when the server returned them,
+// and no column at all when it did not.
+func checkTokenLogprobs(t *testing.T, tok schema.TokenRow, replies map[int64]policytest.Reply, served func(sample, turn int64) ([]int32, []int32)) {
+	t.Helper()
+	if replies[turnSeed(tok.Sample, tok.FirstTurn)].Logprobs == nil {
+		if tok.Logprobs != nil {
+			t.Errorf("%s: log-probabilities without the server returning any", tok.JobID)
+		}
+		return
+	}
+	if len(tok.Logprobs) != len(tok.InputIDs) {
+		t.Fatalf("%s: %d log-probabilities for %d ids", tok.JobID, len(tok.Logprobs), len(tok.InputIDs))
+	}
+	want := make([]float32, len(tok.InputIDs))
+	for i := range want {
+		want[i] = float32(math.NaN())
+	}
+	for turn := tok.FirstTurn; turn <= tok.LastTurn; turn++ {
+		prompt, _ := served(tok.Sample, turn)
+		copy(want[len(prompt):], replies[turnSeed(tok.Sample, turn)].Logprobs)
+	}
+	for i, lp := range tok.Logprobs {
+		if lp != want[i] && !(math.IsNaN(float64(lp)) && math.IsNaN(float64(want[i]))) {
+			t.Errorf("%s: id %d has log-probability %g, want %g", tok.JobID, i, lp, want[i])
+			return
+		}
+	}
+}
+
 func checkTokenRows(t *testing.T, tokens []schema.TokenRow, rows []schema.ShardRow, replies map[int64]policytest.Reply, turns int) {
 	t.Helper()
 	weight := map[int64]float32{}
@@ -294,6 +334,7 @@ func checkTokenRows(t *testing.T, tokens []schema.TokenRow, rows []schema.ShardR
 		if !slices.Equal(tok.LossWeights, want) {
 			t.Errorf("%s turns %d-%d: loss weights are not exactly the turns' weights on their completion ids", tok.JobID, tok.FirstTurn, tok.LastTurn)
 		}
+		checkTokenLogprobs(t, tok, replies, served)
 	}
 	if covered != turns || merges == 0 || len(tokens) == len(rows) && merges == 0 {
 		t.Errorf("token rows cover %d of %d turns with %d merges", covered, turns, merges)

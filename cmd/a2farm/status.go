@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/a2farm/a2farm/coordinator"
+	"github.com/a2farm/a2farm/coordinator/iterate"
 	"github.com/a2farm/a2farm/coordinator/statuspage"
 	"github.com/a2farm/a2farm/internal/bus"
 )
@@ -23,16 +24,21 @@ func newStatusCmd(e *env) *cobra.Command {
 	var runID string
 	var watch time.Duration
 	var asJSON bool
-	var until, httpAddr string
+	var until, httpAddr, loopDir string
 	cmd := &cobra.Command{
-		Use:   "status [--run ID] [--watch 5s] [--json] [--until answered|sharded] [--http ADDR]",
+		Use:   "status [--run ID] [--watch 5s] [--json] [--until answered|sharded] [--http ADDR] [--iterate DIR]",
 		Short: "Show queue depth, live workers and the progress of each run",
 		Long: `status prints the farm's state: the job queue, live workers and their load, each run's
 progress and ETA, and the learner's backlog. --watch repeats it; --until waits for a run.
 
 --http ADDR serves the same as a live page that refreshes itself, with the queue depth over
 the last hour, until interrupted. It is read-only and binds to loopback when ADDR has no host
-(:8090); give 0.0.0.0:8090 to expose it.`,
+(:8090); give 0.0.0.0:8090 to expose it.
+
+--iterate DIR prints instead the state of the a2farm iterate loop in DIR (no farm needed: it
+reads DIR/iterate.json, also while the loop runs on its embedded farm): the rounds trained
+and playing, with the version playing each, the rows trained by staleness, and each side's
+idle time.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
@@ -50,6 +56,9 @@ the last hour, until interrupted. It is read-only and binds to loopback when ADD
 				}
 			default:
 				return usagef("--until %q: want answered or sharded", until)
+			}
+			if loopDir != "" {
+				return watchLoop(ctx, e, loopDir, watch, asJSON)
 			}
 			if httpAddr != "" {
 				if _, err := statuspage.ListenAddr(httpAddr); err != nil {
@@ -116,6 +125,7 @@ the last hour, until interrupted. It is read-only and binds to loopback when ADD
 	cmd.Flags().StringVar(&runID, "run", "", "show only this run")
 	cmd.Flags().DurationVar(&watch, "watch", 0, "repeat every interval until interrupted")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "one JSON object per report")
+	cmd.Flags().StringVar(&loopDir, "iterate", "", "print the state of the a2farm iterate loop in this folder (its iterate.json) instead of the farm's")
 	cmd.Flags().StringVar(&httpAddr, "http", "", "serve a live status page on this address (loopback unless a host is given) until interrupted")
 	cmd.Flags().StringVar(&until, "until", "", "with --run: report until every job has a trajectory (answered) or every group its shard (sharded), then exit 0")
 	return cmd
@@ -241,4 +251,70 @@ func replicaRows(workers []bus.Heartbeat) []string {
 		}
 	}
 	return rows
+}
+
+// watchLoop prints the state of the iterate loop in dir, once or every
+// watch until interrupted.
+func watchLoop(ctx context.Context, e *env, dir string, watch time.Duration, asJSON bool) error {
+	for {
+		st, err := iterate.Load(dir)
+		switch {
+		case err != nil:
+			return err
+		case st == nil:
+			return usagef("--iterate %s: no iterate run there (no %s)", dir, iterate.StateName)
+		case asJSON:
+			if err := json.NewEncoder(e.stdout).Encode(st.Status()); err != nil {
+				return err
+			}
+		default:
+			printLoop(e.stdout, dir, st)
+		}
+		if watch == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(watch):
+		}
+		if !asJSON {
+			fmt.Fprintln(e.stdout)
+		}
+	}
+}
+
+// printLoop prints a loop's state: its rounds and their staleness when it
+// is asynchronous, its last finished step when not.
+func printLoop(w io.Writer, dir string, st *iterate.State) {
+	s := st.Status()
+	if s.Async == nil {
+		last := "none"
+		if n := len(st.Done); n > 0 {
+			d := st.Done[n-1]
+			last = fmt.Sprintf("%s, step %s, at %s", iterate.IterationName(d.Iteration), d.Step, d.At.Format(time.RFC3339))
+		}
+		fmt.Fprintf(w, "loop %s: synchronous; %d steps finished, the last: %s\n", dir, len(st.Done), last)
+		return
+	}
+	newest := "none yet"
+	if s.Newest >= 0 {
+		newest = fmt.Sprintf("it%d", s.Newest)
+	}
+	playing := make([]string, len(s.Playing))
+	for i, p := range s.Playing {
+		playing[i] = fmt.Sprintf("round %d (played by %s)", p.Round, versionName(p.Acting))
+	}
+	if len(playing) == 0 {
+		playing = []string{"none"}
+	}
+	fmt.Fprintf(w, "loop %s: %d rounds trained, newest adapter %s; playing: %s\n", dir, s.Trained, newest, strings.Join(playing, ", "))
+	fmt.Fprintf(w, "  %s\n", s.Async)
+}
+
+func versionName(v int) string {
+	if v < 0 {
+		return "the base model"
+	}
+	return fmt.Sprintf("it%d", v)
 }

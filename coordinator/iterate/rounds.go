@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -48,7 +49,8 @@ type RoundsConfig struct {
 	Steps   Steps
 	// TrainTries is how many times a round's training is run before its
 	// failure stops the loop (the trainer resumes from the checkpoint the
-	// failed try left); at least 1.
+	// failed try left); at least 1. A trainer that refused its input
+	// (TrainerExit.Refused) is not run again.
 	TrainTries int
 	// OnEvent is told when a step starts and ends.
 	OnEvent func(Event)
@@ -111,6 +113,21 @@ func (s *AsyncStats) MaxSeen() int {
 	return m
 }
 
+// String says the overlap in one line: the rows trained by staleness, the
+// rows dropped, each side's idle time, the most rounds at once.
+func (s *AsyncStats) String() string {
+	var hist []string
+	for k := range s.MaxSeen() + 1 {
+		hist = append(hist, fmt.Sprintf("%d: %d", k, s.RowsByStaleness[k]))
+	}
+	dropped := ""
+	if s.Dropped > 0 {
+		dropped = fmt.Sprintf(", %d rows dropped over the bound", s.Dropped)
+	}
+	return fmt.Sprintf("rows trained by staleness (bound %d): {%s}%s; trainer idle %.1f s, rollouts idle %.1f s of %.1f s; at most %d rounds playing at once",
+		s.MaxStaleness, strings.Join(hist, ", "), dropped, s.TrainerIdle, s.RolloutIdle, s.Seconds, s.MaxInFlight)
+}
+
 // RunRounds runs the rounds the state does not record as finished and
 // returns every round's row with the loop's stats.
 func RunRounds(ctx context.Context, cfg RoundsConfig) ([]Row, *AsyncStats, error) {
@@ -158,7 +175,8 @@ type roundsLoop struct {
 	results chan stepResult
 
 	playing    map[int]Adapter // rounds in flight, by the adapter that plays them
-	chainBusy  bool            // a round trains, or an adapter is being served
+	training   bool            // a round trains
+	serving    bool            // an adapter is being loaded on the replicas
 	evaluating int             // the round whose adapter is evaluated, 0: none
 	tries      int             // failed tries of the round training
 	running    int             // goroutines not yet handed back
@@ -220,25 +238,23 @@ func (l *roundsLoop) run(ctx context.Context) (err error) {
 }
 
 // startWhatMay starts every step the state allows: the serving of the
-// starting adapter, the training of the next round (and the serving of
-// its adapter), the rounds the bound allows, the evaluation of a finished
-// pass.
+// starting adapter, the training of the next round, the serving of the
+// adapter last trained, the rounds the bound allows, the evaluation of a
+// finished pass. A round trains while the adapter before it is being
+// served: training needs only its files.
 func (l *roundsLoop) startWhatMay(ctx context.Context) error {
 	st, cfg := l.st, l.cfg
 	if !st.done(0, StepServe) {
-		if !l.chainBusy {
+		if !l.serving {
 			l.serve(ctx, 0, st.adapterAfter(0, cfg.Initial))
 		}
 		return nil // nothing plays before the first adapter is served
 	}
-	served := l.servedThrough()
-	next := served + 1
-	switch {
-	case l.chainBusy || next > cfg.Rounds:
-	case !st.done(next, StepRollout):
-	case !st.done(next, StepTrain):
+	served, trained := l.servedThrough(), l.trainedThrough()
+	if next := trained + 1; !l.training && next <= cfg.Rounds && st.done(next, StepRollout) {
 		l.train(ctx, next)
-	default: // trained, its adapter not yet served
+	}
+	if next := served + 1; !l.serving && next <= trained {
 		l.serve(ctx, next, st.adapterAfter(next, cfg.Initial))
 	}
 	for r := 1; r <= cfg.Rounds; r++ {
@@ -286,6 +302,16 @@ func (l *roundsLoop) servedThrough() int {
 	return j
 }
 
+// trainedThrough is the last round j such that every round up to j is
+// trained.
+func (l *roundsLoop) trainedThrough() int {
+	j := 0
+	for j < l.cfg.Rounds && l.st.done(j+1, StepTrain) {
+		j++
+	}
+	return j
+}
+
 func (l *roundsLoop) play(ctx context.Context, r int, a Adapter) {
 	l.playing[r] = a
 	l.st.Async.MaxInFlight = max(l.st.Async.MaxInFlight, len(l.playing))
@@ -299,7 +325,7 @@ func (l *roundsLoop) play(ctx context.Context, r int, a Adapter) {
 // rows would be over the bound.
 func (l *roundsLoop) train(ctx context.Context, r int) {
 	st := l.st
-	l.chainBusy = true
+	l.training = true
 	init := st.adapterAfter(r-1, l.cfg.Initial)
 	row := st.row(r)
 	rollout, acting := *row.Rollout, *row.Acting
@@ -330,7 +356,7 @@ func (l *roundsLoop) train(ctx context.Context, r int) {
 // with it while a loaded.
 func (l *roundsLoop) serve(ctx context.Context, r int, a Adapter) {
 	st, initial := l.st, l.cfg.Initial
-	l.chainBusy = true
+	l.serving = true
 	replaced := st.adapterAfter(l.servedThrough(), initial)
 	inUse := map[int]bool{a.Version: true, replaced.Version: true}
 	for _, p := range l.playing {
@@ -387,13 +413,17 @@ func (l *roundsLoop) handle(res stepResult, running bool) error {
 	switch res.step {
 	case StepRollout:
 		delete(l.playing, res.round)
-	case StepTrain, StepServe:
-		l.chainBusy = false
+	case StepTrain:
+		l.training = false
+	case StepServe:
+		l.serving = false
 	case StepEvaluate:
 		l.evaluating = 0
 	}
 	if res.err != nil {
-		retry := res.step == StepTrain && l.tries+1 < l.cfg.TrainTries && l.failed == nil && running && !errors.Is(res.err, context.Canceled)
+		var exit *TrainerExit
+		refused := errors.As(res.err, &exit) && exit.Refused()
+		retry := res.step == StepTrain && l.tries+1 < l.cfg.TrainTries && l.failed == nil && running && !refused && !errors.Is(res.err, context.Canceled)
 		l.event(Event{Round: res.round, Step: res.step, Adapter: res.adapter, Err: res.err, Retry: retry})
 		if retry {
 			l.tries++
@@ -452,7 +482,7 @@ func (l *roundsLoop) countIdle(secs float64) {
 	if len(l.playing) == 0 && l.publishedThrough() < l.cfg.Rounds {
 		st.Async.RolloutIdle += secs
 	}
-	if !l.chainBusy && l.servedThrough() < l.cfg.Rounds {
+	if !l.training && l.trainedThrough() < l.cfg.Rounds {
 		st.Async.TrainerIdle += secs
 	}
 }
@@ -524,6 +554,43 @@ func (s *State) sortedRows() []Row {
 	slices.SortFunc(out, func(a, b Row) int { return a.Iteration - b.Iteration })
 	for i := range out {
 		out[i].Seconds = maps.Clone(out[i].Seconds)
+	}
+	return out
+}
+
+// LoopStatus is what a state says of an asynchronous loop while it runs:
+// what `a2farm status --iterate` prints.
+type LoopStatus struct {
+	// Trained counts the rounds trained; Playing lists the rounds published
+	// and not yet sharded, with the version playing each.
+	Trained int            `json:"trained"`
+	Playing []RoundPlaying `json:"playing"`
+	// Newest is the version of the newest adapter a round trained (−1:
+	// none yet).
+	Newest int         `json:"newest"`
+	Async  *AsyncStats `json:"async"`
+}
+
+// RoundPlaying is a round in flight.
+type RoundPlaying struct {
+	Round  int `json:"round"`
+	Acting int `json:"acting_version"`
+}
+
+// Status is the loop's status as st records it (nil Async: st is a
+// synchronous loop's).
+func (s *State) Status() LoopStatus {
+	out := LoopStatus{Async: s.Async, Newest: Base.Version}
+	for _, row := range s.sortedRows() {
+		if row.Train != nil && s.done(row.Iteration, StepTrain) && row.Iteration > 0 {
+			out.Trained++
+		}
+		if a, ok := row.trained(); ok {
+			out.Newest = max(out.Newest, a.Version)
+		}
+		if row.Acting != nil && !s.done(row.Iteration, StepRollout) {
+			out.Playing = append(out.Playing, RoundPlaying{Round: row.Iteration, Acting: *row.Acting})
+		}
 	}
 	return out
 }

@@ -33,6 +33,7 @@ type roundSteps struct {
 	overlaps  int             // rollouts that started while a round trained
 	evaluated map[int]int     // round → version evaluated
 	failTrain map[int]int     // round → tries that fail before one succeeds
+	refuse    bool            // failing tries exit 2: the trainer refused its input
 	onTrain   func(round int) // called as a training starts (a Ctrl-C there)
 	trainInit map[int]int     // round → the version its training started from
 }
@@ -120,8 +121,11 @@ func (s *roundSteps) Train(ctx context.Context, r int, init Adapter, rollout Rol
 		return TrainResult{}, ctx.Err()
 	case <-time.After(s.delay):
 	}
+	if fail && s.refuse {
+		return TrainResult{}, &TrainerExit{Code: 2, Line: "a2farm-train"}
+	}
 	if fail {
-		return TrainResult{}, errors.New("the trainer was killed")
+		return TrainResult{}, &TrainerExit{Code: 137, Line: "a2farm-train"}
 	}
 	s.mu.Lock()
 	s.trained[r]++
@@ -239,6 +243,17 @@ func TestRoundsResumeWithoutReplayingOrRetraining(t *testing.T) {
 					publishedWith[row.Iteration] = *row.Acting
 				}
 			}
+			// What status --iterate shows of the stopped loop: the rounds
+			// published and not finished, each with its version.
+			var want []RoundPlaying
+			for r := 1; r <= 6; r++ {
+				if v, ok := publishedWith[r]; ok && !st.done(r, StepRollout) {
+					want = append(want, RoundPlaying{Round: r, Acting: v})
+				}
+			}
+			if got := st.Status(); !slices.Equal(got.Playing, want) || got.Trained != stopAt-1 || got.Async == nil {
+				t.Errorf("status %+v, want playing %v and %d rounds trained", got, want, stopAt-1)
+			}
 			finished := func() map[int]int {
 				out := map[int]int{}
 				for r, p := range steps.played {
@@ -305,6 +320,21 @@ func TestATrainerThatDiesIsRestarted(t *testing.T) {
 		if steps.trained[r] != 1 || len(steps.played[r]) != 1 {
 			t.Errorf("round %d: trained %d times, played %v", r, steps.trained[r], steps.played[r])
 		}
+	}
+
+	// A trainer that refused its input (exit 2) would refuse it again: it
+	// is not run again.
+	steps = newRoundSteps(t, 1)
+	steps.failTrain[1], steps.refuse = 1, true
+	retried = nil
+	_, _, err = RunRounds(context.Background(), RoundsConfig{Dir: t.TempDir(), Rounds: 2, PerPass: 2, MaxStaleness: 1, Plan: 1,
+		Steps: steps, TrainTries: 3, OnEvent: func(e Event) {
+			if e.Retry {
+				retried = append(retried, e.Round)
+			}
+		}})
+	if !errors.As(err, &se) || se.Iteration != 1 || len(retried) != 0 {
+		t.Errorf("a refused input: %v, retried %v; want round 1's training to stop the loop at once", err, retried)
 	}
 }
 

@@ -118,12 +118,26 @@ func RunTrainer(ctx context.Context, line string, w io.Writer, grace time.Durati
 	return ctx.Err()
 }
 
+// TrainerExit is a trainer command that exited non-zero.
+type TrainerExit struct {
+	Code int
+	Line string
+}
+
+func (e *TrainerExit) Error() string {
+	return fmt.Sprintf("the trainer exited %d (%s)", e.Code, e.Line)
+}
+
+// Refused says the trainer refused its input (exit 2, a2farm-train's code
+// for bad flags or shards): running it again would refuse it again.
+func (e *TrainerExit) Refused() bool { return e.Code == 2 }
+
 func exitError(line string, err error) error {
 	if err == nil {
 		return nil
 	}
 	if ee, ok := err.(*exec.ExitError); ok {
-		return fmt.Errorf("the trainer exited %d (%s)", ee.ExitCode(), line)
+		return &TrainerExit{Code: ee.ExitCode(), Line: line}
 	}
 	return fmt.Errorf("the trainer: %w (%s)", err, line)
 }

@@ -95,6 +95,7 @@ type Request struct {
 	Tools    json.RawMessage  `json:"tools"`
 	Seed     *int64           `json:"seed"`
 	Stop     []string         `json:"stop"`
+	Logprobs bool             `json:"logprobs"`
 }
 
 // Reply is a script's answer. Status other than 0 or 200 answers with
@@ -108,6 +109,9 @@ type Reply struct {
 	PromptTokens      int64
 	PromptTokenIDs    []int32
 	CompletionTokenID []int32
+	// Logprobs, one per completion id, are returned as vLLM returns them
+	// ({"content": [{"token", "logprob"}, ...]}).
+	Logprobs []float32
 }
 
 // Recorder is an OpenAI-protocol chat-completions server that keeps every
@@ -149,6 +153,13 @@ func NewRecorder(tb testing.TB, script func(Request) Reply) *Recorder {
 		choice := map[string]any{"index": 0, "message": msg, "finish_reason": reply.FinishReason}
 		if reply.CompletionTokenID != nil {
 			choice["token_ids"] = reply.CompletionTokenID
+		}
+		if reply.Logprobs != nil {
+			content := make([]map[string]any, len(reply.Logprobs))
+			for i, lp := range reply.Logprobs {
+				content[i] = map[string]any{"token": fmt.Sprintf("t%d", i), "logprob": lp}
+			}
+			choice["logprobs"] = map[string]any{"content": content}
 		}
 		body := map[string]any{"id": "chatcmpl-test", "model": req.Model, "choices": []any{choice},
 			"usage": map[string]any{"prompt_tokens": reply.PromptTokens, "completion_tokens": len(reply.CompletionTokenID)}}

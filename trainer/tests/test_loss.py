@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import random
 
+import numpy as np
 import pytest
 import torch
 
@@ -258,3 +259,69 @@ def test_per_sequence_attention_keeps_a_sliding_window(small_qwen3, window: int 
     torch.testing.assert_close(packed, want, atol=1e-9, rtol=1e-9)
     if window is not None:  # the window changes the logits past it: the check can fail
         assert (full[window:] - want[window:12]).abs().max() > 1e-3
+
+
+def hand_importance_loss(model, seqs: list[Sequence], cap: float) -> torch.Tensor:
+    """Σ w·min(π_θ/μ, cap)·CE / labelled tokens, the ratio taken without
+    gradient and 1 where μ is unknown: the truncated importance weight,
+    written out one token at a time."""
+    total, labelled = torch.zeros((), dtype=torch.float64), 0
+    for s in seqs:
+        logp = torch.log_softmax(model(input_ids=torch.tensor(s.input_ids[None], dtype=torch.long)).logits[0].double(), -1)
+        for t in range(1, len(s)):
+            w = float(s.weights[t])
+            if w == 0:
+                continue
+            lp = logp[t - 1, int(s.input_ids[t])]
+            mu = None if s.behaviour is None else float(s.behaviour[t])
+            ratio = 1.0 if mu is None or math.isnan(mu) else min(math.exp(lp.item() - mu), cap)
+            total = total + w * ratio * -lp
+            labelled += 1
+    return total / labelled
+
+
+def with_behaviour(model, seqs: list[Sequence]) -> list[Sequence]:
+    """The fixture's sequences with acting log-probabilities around the
+    model's own: some far below it (the ratio is cut at the cap), some above
+    (a ratio below 1), some equal, some unknown — and one sequence with none
+    at all, as a row the server returned none for."""
+    out = []
+    offsets = [-2.0, 0.5, float("nan"), 0.0, -0.3]
+    for k, s in enumerate(seqs):
+        if k == len(seqs) - 1:
+            out.append(Sequence(s.input_ids, s.weights, "fixture"))
+            continue
+        with torch.no_grad():
+            logp = torch.log_softmax(model(input_ids=torch.tensor(s.input_ids[None], dtype=torch.long)).logits[0].double(), -1)
+        mu = [float("nan")] + [logp[t - 1, int(s.input_ids[t])].item() + offsets[(t + k) % len(offsets)] for t in range(1, len(s))]
+        out.append(Sequence(s.input_ids, s.weights, "fixture", behaviour=mu))
+    return out
+
+
+@pytest.mark.parametrize("mode,naive", [("packed", False), ("padded", False), ("packed", True)], ids=["packed", "padded", "naive"])
+def test_truncated_importance_weights_equal_a_hand_computation(lm, mode: str, naive: bool) -> None:
+    """--is-cap: each token's weight times min(π_θ/μ, c), in value and in
+    gradient (no gradient through the ratio), packed, padded and naive; a
+    cap no ratio reaches and μ = π_θ leave the plain loss."""
+    cap = 2.0
+    seqs = with_behaviour(lm, fixture_sequences(lm.config.vocab_size))
+    lm.zero_grad()
+    want = hand_importance_loss(lm, seqs, cap)
+    want.backward()
+    want_grads = grads(lm)
+    lm.zero_grad()
+    got = step_loss(WeightedLM(lm, chunk=5, naive=naive, is_cap=cap), seqs, mode, budget=64)
+    got.backward()
+    assert got.item() == pytest.approx(want.item(), abs=1e-6)
+    assert want_grads.keys() == grads(lm).keys() and want_grads
+    for name, g in grads(lm).items():
+        torch.testing.assert_close(g, want_grads[name], atol=1e-6, rtol=1e-4, msg=name)
+    plain = step_loss(WeightedLM(lm, chunk=5), seqs, mode, budget=64).item()
+    assert got.item() != pytest.approx(plain, abs=1e-4)  # the weights did change the loss
+    same = [Sequence(s.input_ids, s.weights, "fixture", behaviour=s.behaviour) for s in seqs]
+    for s in same[:-1]:  # μ = π_θ: every ratio is 1
+        with torch.no_grad():
+            logp = torch.log_softmax(lm(input_ids=torch.tensor(s.input_ids[None], dtype=torch.long)).logits[0].double(), -1)
+        s.behaviour = np.array([0.0] + [logp[t - 1, int(s.input_ids[t])].item() for t in range(1, len(s))], dtype=np.float32)
+    at_one = step_loss(WeightedLM(lm, chunk=5, naive=naive, is_cap=cap), same, mode, budget=64).item()
+    assert at_one == pytest.approx(plain, rel=1e-5)

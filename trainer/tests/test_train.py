@@ -361,6 +361,46 @@ def rewrite_tokens(folder: Path, change: Callable[[list[dict[str, Any]]], None])
     mpath.write_text(json.dumps(manifest))
 
 
+def add_logprobs(per_id: Callable[[list[int]], list[float]]) -> Callable[[Path], None]:
+    """Gives every token row a logprobs column (as a rollout with --logprobs
+    writes it): per_id(input_ids)."""
+    def damage(folder: Path) -> None:
+        mpath = folder / "manifest.json"
+        manifest = json.loads(mpath.read_text())
+        for entry in manifest["token_files"]:
+            path = folder / entry["name"]
+            table = pq.read_table(path)
+            col = pa.array([per_id(ids) for ids in table.column("input_ids").to_pylist()], pa.list_(pa.float32()))
+            if "logprobs" in table.column_names:  # the learner writes the column, empty without --logprobs
+                table = table.drop_columns(["logprobs"])
+            pq.write_table(table.append_column("logprobs", col), path)
+            entry["sha256"] = file_sha256(str(path))
+        mpath.write_text(json.dumps(manifest))
+    return damage
+
+
+def test_is_cap_weights_each_token_by_its_truncated_ratio(tiny_model: str, token_shards: Path, tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """--is-cap on token shards that carry the acting policy's
+    log-probabilities: every labelled token has one, the first step's loss
+    is the plain loss times ratios below 1 (μ = e^-1 is far above a random
+    tiny model's probabilities), and the manifest records the cap."""
+    shards = tmp_path / "shards"
+    shutil.copytree(token_shards, shards)
+    add_logprobs(lambda ids: [-1.0] * len(ids))(shards)
+    assert train(tiny_model, shards, tmp_path / "plain", "--epochs", "1") == 0
+    capsys.readouterr()
+    assert train(tiny_model, shards, tmp_path / "capped", "--epochs", "1", "--is-cap", "2") == 0
+    err = capsys.readouterr().err
+    assert "truncated importance weights, cap 2: " in err, err
+    known, labelled = (int(x) for x in err.split("cap 2: ")[1].split(" labelled")[0].split(" of "))
+    assert known == labelled > 0
+    plain = json.loads((tmp_path / "plain" / "train_manifest.json").read_text())
+    capped = json.loads((tmp_path / "capped" / "train_manifest.json").read_text())
+    assert capped["hyperparameters"]["is_cap"] == 2 and plain["hyperparameters"]["is_cap"] is None
+    assert 0 < capped["steps"][0]["loss"] < plain["steps"][0]["loss"] / 100
+
+
 def set_weight(value: float) -> Callable[[list[dict[str, Any]]], None]:
     def change(rows: list[dict[str, Any]]) -> None:
         rows[0]["loss_weights"][-1] = value
@@ -390,6 +430,9 @@ BAD_INPUTS: list[tuple[str, Callable[[Path], Any], list[str], str]] = [
     ("over the max length", lambda d: None, ["--max-length", "64"], "over --max-length 64"),
     ("rank vLLM does not serve", lambda d: None, ["--lora-r", "12"], "vLLM serves ranks"),
     ("unknown flag", lambda d: None, ["--no-such-flag"], "unrecognized arguments"),
+    ("is-cap without log-probabilities", lambda d: None, ["--is-cap", "2"], "no log-probability of the acting policy"),
+    ("logprobs not one per id", add_logprobs(lambda ids: [-0.5] * (len(ids) - 1)), [], "logprobs for"),
+    ("is-cap not positive", lambda d: None, ["--is-cap", "0"], "--is-cap 0"),
 ]
 
 

@@ -69,6 +69,8 @@ class TrainConfig:
     normalise: str = flag("tokens", "loss ÷ labelled tokens of the step (the reference), or the mean over sequences "
                                     "of each sequence's own", choices=NORMALISATIONS)
     loss_chunk: int = flag(DEFAULT_CHUNK, "positions whose logits exist at once")
+    is_cap: float | None = flag(None, "truncated importance weights: multiply each token's weight by min(π_θ/μ, this cap), μ the "
+                                "acting policy's probability the token shards hold (roll out with --logprobs); off by default", type=float)
     naive_loss: bool = flag(False, "materialise every logit (for comparison; needs far more memory)")
     gradient_checkpointing: bool = flag(False, "recompute each layer's activations in the backward pass: far less "
                                                "memory for long sequences, about a third more time")
@@ -117,6 +119,7 @@ class TrainConfig:
             (self.num_epochs() > 0, f"--epochs {self.num_epochs()}: must be positive"),
             (self.warmup_steps >= 0, f"--warmup-steps {self.warmup_steps}: must not be negative"),
             (self.loss_chunk > 0, f"--loss-chunk {self.loss_chunk}: must be positive"),
+            (self.is_cap is None or self.is_cap > 0, f"--is-cap {self.is_cap}: must be positive"),
             (self.packing in PACKING_MODES, f"--packing {self.packing!r}: expected one of {', '.join(PACKING_MODES)}"),
             (self.normalise in NORMALISATIONS, f"--normalise {self.normalise!r}: expected one of {', '.join(NORMALISATIONS)}"),
             (self.precision in PRECISIONS, f"--precision {self.precision!r}: expected one of {', '.join(PRECISIONS)}"),

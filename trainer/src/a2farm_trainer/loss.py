@@ -22,6 +22,13 @@ the layer's weight exists only inside its own call.
 ``naive_weighted_ce`` materialises every logit; it is the definition the
 chunked loss is tested against and the baseline ``make bench-trainer``
 measures beside it.
+
+Truncated importance weights (``--is-cap c``): given the acting policy's
+log-probability μ of each trained token (``behaviour``; NaN where unknown),
+each token's scale is multiplied by min(π_θ/μ, c), π_θ = exp(−CE) under the
+model being trained, with no gradient through the ratio — prime-rl's and
+LlamaRL's correction for rows played by an older version of the policy. A
+token whose μ is unknown keeps its scale.
 """
 
 from __future__ import annotations
@@ -43,42 +50,64 @@ def _wide(logits: torch.Tensor) -> torch.Tensor:
     return logits if logits.dtype in (torch.float32, torch.float64) else logits.float()
 
 
-def naive_weighted_ce(hidden: torch.Tensor, head: nn.Module, targets: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    """Σ scale·CE over every position: hidden (B, T, H), targets and scale (B, T)."""
+def importance_scale(ce: torch.Tensor, scale: torch.Tensor, behaviour: torch.Tensor | None, cap: float | None) -> torch.Tensor:
+    """scale × min(π_θ/μ, cap) per token, π_θ = exp(−ce) taken without
+    gradient and μ = exp(behaviour); scale itself where behaviour is NaN, or
+    when no cap is set."""
+    if behaviour is None or cap is None:
+        return scale
+    b = behaviour.to(ce.dtype)
+    ratio = torch.exp(-ce.detach() - b).clamp(max=cap)
+    return scale * torch.where(torch.isnan(b), torch.ones_like(ratio), ratio)
+
+
+def naive_weighted_ce(hidden: torch.Tensor, head: nn.Module, targets: torch.Tensor, scale: torch.Tensor,
+                      behaviour: torch.Tensor | None = None, cap: float | None = None) -> torch.Tensor:
+    """Σ scale·CE over every position: hidden (B, T, H), targets, scale and
+    behaviour (B, T); with cap, each scale times its truncated importance
+    weight."""
     logits = _wide(head(hidden))
     ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction="none")
-    return (ce * scale.reshape(-1)).sum()
+    b = behaviour.reshape(-1) if behaviour is not None else None
+    return (ce * importance_scale(ce, scale.reshape(-1).to(ce.dtype), b, cap)).sum()
 
 
-def _chunk_loss(h: torch.Tensor, head: nn.Module, t: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+def _chunk_loss(h: torch.Tensor, head: nn.Module, t: torch.Tensor, s: torch.Tensor, b: torch.Tensor | None = None,
+                cap: float | None = None) -> torch.Tensor:
     logits = _wide(head(h))
-    return (F.cross_entropy(logits, t, reduction="none") * s.to(logits.dtype)).sum()
+    ce = F.cross_entropy(logits, t, reduction="none")
+    return (ce * importance_scale(ce, s.to(logits.dtype), b, cap)).sum()
 
 
 def chunked_weighted_ce(hidden: torch.Tensor, head: nn.Module, targets: torch.Tensor, scale: torch.Tensor,
-                        chunk: int = DEFAULT_CHUNK) -> torch.Tensor:
+                        chunk: int = DEFAULT_CHUNK, behaviour: torch.Tensor | None = None,
+                        cap: float | None = None) -> torch.Tensor:
     """Σ scale·CE like naive_weighted_ce, holding at most chunk positions'
     logits at a time, and only for positions whose scale is not 0."""
     keep = scale.reshape(-1) != 0
     h = hidden.reshape(-1, hidden.shape[-1])[keep]
     t = targets.reshape(-1)[keep]
     s = scale.reshape(-1)[keep]
+    b = behaviour.reshape(-1)[keep] if behaviour is not None and cap is not None else None
     total = hidden.new_zeros((), dtype=torch.float64 if hidden.dtype == torch.float64 else torch.float32)
     if h.shape[0] == 0:
         # Keep the graph connected (engines expect every rank to backward
         # through the model), at no cost.
         return total + hidden.sum() * 0.0
     if not h.requires_grad or any(p.requires_grad for p in head.parameters()):
-        return total + checkpointed_chunks(h, head, t, s, chunk)
-    return total + _GradientInForward.apply(h, head, t, s, chunk)
+        return total + checkpointed_chunks(h, head, t, s, chunk, b, cap)
+    return total + _GradientInForward.apply(h, head, t, s, chunk, b, cap)
 
 
-def checkpointed_chunks(h: torch.Tensor, head: nn.Module, t: torch.Tensor, s: torch.Tensor, chunk: int) -> torch.Tensor:
+def checkpointed_chunks(h: torch.Tensor, head: nn.Module, t: torch.Tensor, s: torch.Tensor, chunk: int,
+                        b: torch.Tensor | None = None, cap: float | None = None) -> torch.Tensor:
     """Σ s·CE of positions h (N, H), a chunk's logits recomputed in the
     backward pass (any head; the frozen head's way is measured against it)."""
     total = h.new_zeros((), dtype=torch.float64 if h.dtype == torch.float64 else torch.float32)
     for a in range(0, h.shape[0], chunk):
-        total = total + checkpoint(_chunk_loss, h[a : a + chunk], head, t[a : a + chunk], s[a : a + chunk], use_reentrant=False)
+        bc = b[a : a + chunk] if b is not None else None
+        total = total + checkpoint(_chunk_loss, h[a : a + chunk], head, t[a : a + chunk], s[a : a + chunk], bc, cap,
+                                   use_reentrant=False)
     return total
 
 
@@ -87,13 +116,14 @@ class _GradientInForward(torch.autograd.Function):
     gradient with respect to h taken as soon as its loss is known."""
 
     @staticmethod
-    def forward(ctx: Any, h: torch.Tensor, head: nn.Module, t: torch.Tensor, s: torch.Tensor, chunk: int) -> torch.Tensor:
+    def forward(ctx: Any, h: torch.Tensor, head: nn.Module, t: torch.Tensor, s: torch.Tensor, chunk: int,
+                b: torch.Tensor | None = None, cap: float | None = None) -> torch.Tensor:
         grad = torch.empty_like(h)
         total = torch.zeros((), dtype=torch.float64 if h.dtype == torch.float64 else torch.float32, device=h.device)
         for a in range(0, h.shape[0], chunk):
             hc = h[a : a + chunk].detach().requires_grad_()
             with torch.enable_grad():
-                loss = _chunk_loss(hc, head, t[a : a + chunk], s[a : a + chunk])
+                loss = _chunk_loss(hc, head, t[a : a + chunk], s[a : a + chunk], b[a : a + chunk] if b is not None else None, cap)
             (grad[a : a + chunk],) = torch.autograd.grad(loss, hc)
             total += loss.detach()
         ctx.save_for_backward(grad)
@@ -102,7 +132,7 @@ class _GradientInForward(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad_total: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         (grad,) = ctx.saved_tensors
-        return grad * grad_total.to(grad.dtype), None, None, None, None
+        return grad * grad_total.to(grad.dtype), None, None, None, None, None, None
 
 
 @torch.no_grad()

@@ -92,11 +92,12 @@ class WeightedLM(nn.Module):
     (DDP, FSDP, DeepSpeed) wrap this module, so gradient synchronisation and
     parameter gathering see one forward per micro-batch."""
 
-    def __init__(self, model: Any, chunk: int = DEFAULT_CHUNK, naive: bool = False) -> None:
+    def __init__(self, model: Any, chunk: int = DEFAULT_CHUNK, naive: bool = False, is_cap: float | None = None) -> None:
         super().__init__()
         self.model = model
         self.chunk = chunk
         self.naive = naive
+        self.is_cap = is_cap  # truncated importance weights' cap (None: off)
         # FSDP's transformer wrap policy looks for the decoder layer class here.
         self._no_split_modules = getattr(self.causal_lm(), "_no_split_modules", None)
 
@@ -110,14 +111,15 @@ class WeightedLM(nn.Module):
         return out.last_hidden_state
 
     def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor, attention_mask: torch.Tensor | None,
-                target_scale: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
-        """Σ scale·CE of one micro-batch (tensors as MicroBatch holds them)."""
+                target_scale: torch.Tensor, target_behaviour: torch.Tensor | None = None) -> torch.Tensor:  # type: ignore[override]
+        """Σ scale·CE of one micro-batch (tensors as MicroBatch holds them),
+        each scale times its truncated importance weight with is_cap."""
         h = self.hidden(input_ids, position_ids, attention_mask)
         head = self.causal_lm().get_output_embeddings()
         targets = _targets(input_ids)
         if self.naive:
-            return naive_weighted_ce(h, head, targets, target_scale)
-        return chunked_weighted_ce(h, head, targets, target_scale, self.chunk)
+            return naive_weighted_ce(h, head, targets, target_scale, target_behaviour, self.is_cap)
+        return chunked_weighted_ce(h, head, targets, target_scale, self.chunk, target_behaviour, self.is_cap)
 
     @torch.no_grad()
     def target_ce(self, mb: MicroBatch) -> torch.Tensor:
@@ -130,7 +132,7 @@ class WeightedLM(nn.Module):
 def loss_of(module: nn.Module, mb: MicroBatch) -> torch.Tensor:
     """Calls a (possibly engine-wrapped) WeightedLM on a micro-batch."""
     return module(input_ids=mb.input_ids, position_ids=mb.position_ids, attention_mask=mb.attention_mask,
-                  target_scale=mb.target_scale)
+                  target_scale=mb.target_scale, target_behaviour=mb.target_behaviour)
 
 
 def _targets(input_ids: torch.Tensor) -> torch.Tensor:
@@ -145,4 +147,5 @@ def to_device(mb: MicroBatch, device: torch.device) -> MicroBatch:
         mb.attention_mask.to(device) if mb.attention_mask is not None else None,
         mb.target_weights.to(device), mb.target_scale.to(device), mb.sequence_index.to(device),
         mb.tokens_trained, mb.tokens_computed, mb.labelled,
+        mb.target_behaviour.to(device) if mb.target_behaviour is not None else None,
     )

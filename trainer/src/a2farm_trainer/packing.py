@@ -48,6 +48,9 @@ class MicroBatch:
     tokens_trained: int  # real tokens
     tokens_computed: int  # positions the model runs, padding included
     labelled: int
+    # the acting policy's log-probability of each target (NaN: unknown);
+    # None when no sequence of the micro-batch has any
+    target_behaviour: torch.Tensor | None = None
 
 
 def plan(lengths: list[int], budget: int, mode: str, seed: int, epoch: int) -> list[list[int]]:
@@ -122,9 +125,13 @@ def build(seqs: list[Sequence], members: list[int], mode: str, scale: dict[int, 
         s = np.concatenate([t * scale[i] for i, t in zip(members, trained)])
         who = np.repeat(np.asarray(members), [len(q) for q in parts])
         n = len(ids)
+        behaviour = None
+        if any(q.behaviour is not None for q in parts):
+            b = np.concatenate([_behaviour(q) for q in parts])
+            behaviour = _shift(torch.from_numpy(b).float()[None])
         return MicroBatch(torch.from_numpy(ids).long()[None], torch.from_numpy(pos).long()[None], None,
                           _shift(torch.from_numpy(w).float()[None]), _shift(torch.from_numpy(s).float()[None]),
-                          torch.from_numpy(who).long()[None], n, n, sum(q.labelled() for q in parts))
+                          torch.from_numpy(who).long()[None], n, n, sum(q.labelled() for q in parts), behaviour)
     longest = max(len(seqs[i]) for i in members)
     rows = len(members)
     ids_t = torch.full((rows, longest), pad_id, dtype=torch.long)
@@ -132,6 +139,7 @@ def build(seqs: list[Sequence], members: list[int], mode: str, scale: dict[int, 
     w_t = torch.zeros((rows, longest), dtype=torch.float32)
     s_t = torch.zeros((rows, longest), dtype=torch.float32)
     who_t = torch.full((rows, longest), -1, dtype=torch.long)
+    b_t = torch.full((rows, longest), float("nan"), dtype=torch.float32) if any(seqs[i].behaviour is not None for i in members) else None
     for r, i in enumerate(members):
         q = seqs[i]
         n = len(q)
@@ -141,10 +149,17 @@ def build(seqs: list[Sequence], members: list[int], mode: str, scale: dict[int, 
         w_t[r, :n] = torch.from_numpy(t).float()
         s_t[r, :n] = torch.from_numpy(t * scale[i]).float()
         who_t[r, :n] = i
+        if b_t is not None:
+            b_t[r, :n] = torch.from_numpy(_behaviour(q))
     pos = torch.arange(longest, dtype=torch.long).unsqueeze(0).expand(rows, -1).contiguous()
     trained = sum(len(seqs[i]) for i in members)
     return MicroBatch(ids_t, pos, mask, _shift(w_t), _shift(s_t), who_t, trained, rows * longest,
-                      sum(seqs[i].labelled() for i in members))
+                      sum(seqs[i].labelled() for i in members), _shift(b_t) if b_t is not None else None)
+
+
+def _behaviour(q: Sequence) -> np.ndarray:
+    """A sequence's acting log-probabilities, NaN for each id when it has none."""
+    return q.behaviour if q.behaviour is not None else np.full(len(q), np.nan, dtype=np.float32)
 
 
 def _trained(weights: np.ndarray) -> np.ndarray:

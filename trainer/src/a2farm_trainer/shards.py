@@ -30,8 +30,9 @@ from .errors import InputError
 # The shard format versions this trainer reads (schema.Version in the Go
 # module: the learner writes it into every manifest and Parquet file).
 # Format 6 added columns to jobs and instances only: its shards are
-# format 5's.
-READABLE_FORMATS = ("5", "6")
+# format 5's. Format 7 added policy_version (the version that played the
+# row) to every row: a column training does not read.
+READABLE_FORMATS = ("5", "6", "7")
 
 MANIFEST = "manifest.json"
 
@@ -213,12 +214,15 @@ class Sequence:
     NumPy arrays (int32 ids, float32 weights, as the shards hold them): on
     every process a token costs 8 bytes, not two Python objects."""
 
-    __slots__ = ("input_ids", "weights", "source", "job_id", "turns", "meta")
+    __slots__ = ("input_ids", "weights", "source", "job_id", "turns", "meta", "behaviour")
 
     def __init__(self, input_ids: Any, weights: Any, source: str, job_id: str = "", turns: tuple[int, int] = (0, 0),
-                 meta: dict[str, Any] | None = None) -> None:
+                 meta: dict[str, Any] | None = None, behaviour: Any = None) -> None:
         self.input_ids: np.ndarray = np.asarray(input_ids, dtype=np.int32)
         self.weights: np.ndarray = np.asarray(weights, dtype=np.float32)
+        # the acting policy's log-probability of each id (NaN: unknown), or
+        # None when the server returned none
+        self.behaviour: np.ndarray | None = None if behaviour is None else np.asarray(behaviour, dtype=np.float32)
         self.source = source  # the shard file it came from
         self.job_id = job_id
         self.turns = turns
@@ -235,6 +239,8 @@ class Sequence:
     def cut_start(self, n: int) -> None:
         """Drops the first n tokens."""
         self.input_ids, self.weights = self.input_ids[n:], self.weights[n:]
+        if self.behaviour is not None:
+            self.behaviour = self.behaviour[n:]
 
 
 def token_sequences(sf: ShardFile, flt: Filter) -> list[Sequence]:
@@ -262,8 +268,27 @@ def token_sequences(sf: ShardFile, flt: Filter) -> list[Sequence]:
         k = int(np.flatnonzero(bad)[0])
         row = int(np.searchsorted(ends, k, side="right"))
         check_weights([float(ws[k])], f"{sf.path} row {row} ({jobs[row]})", first=k - int(starts[row]))
-    return [Sequence(ids[a:z], ws[a:z], sf.path, str(jobs[r]), (int(firsts[r]), int(lasts[r])))
+    behaviour = _behaviour(sf, table, n_ids, jobs)
+    return [Sequence(ids[a:z], ws[a:z], sf.path, str(jobs[r]), (int(firsts[r]), int(lasts[r])),
+                     behaviour=behaviour[r] if behaviour is not None else None)
             for r, (a, z) in enumerate(zip(starts.tolist(), ends.tolist()))]
+
+
+def _behaviour(sf: ShardFile, table: pa.Table, n_ids: np.ndarray, jobs: list[Any]) -> list[np.ndarray | None] | None:
+    """Each row's acting log-probabilities (the logprobs column, format 7;
+    one per id, or none for a row the server returned none for), None when
+    the file has no such column."""
+    if "logprobs" not in table.column_names:
+        return None
+    col = table.column("logprobs").combine_chunks()
+    n_lp = pc.list_value_length(col).fill_null(0).to_numpy(zero_copy_only=False)
+    for i in np.flatnonzero((n_lp != 0) & (n_lp != n_ids))[:1]:
+        raise InputError(f"{sf.path} row {i} ({jobs[i]}): {n_lp[i]} logprobs for {n_ids[i]} input_ids")
+    if not n_lp.any():
+        return None
+    flat = np.array(col.flatten().to_numpy(zero_copy_only=False), dtype=np.float32)
+    ends = np.cumsum(n_lp)
+    return [flat[z - n : z] if n else None for n, z in zip(n_lp.tolist(), ends.tolist())]
 
 
 def check_weights(ws: list[float], where: str, first: int = 0) -> None:

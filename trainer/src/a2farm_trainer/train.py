@@ -192,6 +192,24 @@ def train_step(acc: Any, wrapper: Any, optimizer: Any, cfg: TrainConfig, seqs: l
     return StepResult(acc.reduce(loss_sum, reduction="sum").item(), int(c[0]), int(c[1]), int(c[2]), grad_norm)
 
 
+def check_behaviour(seqs: list[Any], cap: float, main: bool) -> None:
+    """--is-cap needs the acting policy's log-probabilities: refuses shards
+    without any, and says how many labelled tokens have one (the others
+    keep their weight)."""
+    labelled = known = 0
+    for q in seqs:
+        trained = q.weights[1:] > 0
+        labelled += int(np.count_nonzero(trained))
+        if q.behaviour is not None:
+            known += int(np.count_nonzero(trained & ~np.isnan(q.behaviour[1:])))
+    if known == 0:
+        raise InputError("--is-cap: the shards hold no log-probability of the acting policy (token shards of a rollout "
+                         "with --logprobs and --return-token-ids)")
+    if main:
+        print(f"a2farm-train: truncated importance weights, cap {cap:g}: {known} of {labelled} labelled tokens have the "
+              "acting policy's log-probability; the others keep their weight", file=sys.stderr)
+
+
 def step_weights(seqs: list[Any], step: list[list[int]]) -> tuple[float, float]:
     """The mean and the largest weight of the step's labelled tokens."""
     ws = np.concatenate([seqs[i].weights[1:] for members in step for i in members] or [np.zeros(0, np.float32)])
@@ -247,6 +265,8 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     if cfg.packing == "padded" and max(len(s) for s in data.sequences) > cfg.token_budget:
         raise InputError(f"--token-budget {cfg.token_budget} is below the longest sequence ({max(len(s) for s in data.sequences)} tokens)")
     seqs = data.sequences
+    if cfg.is_cap is not None:
+        check_behaviour(seqs, cfg.is_cap, main)
     world = acc.num_processes
     engine = acc.distributed_type.value
     fp = fingerprint(cfg, data.files)
@@ -264,7 +284,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     base, attn = base_model(cfg, training=True)
     lora = LoraSettings(cfg.lora_r, cfg.lora_alpha, cfg.lora_dropout, tuple(cfg.lora_targets))
     model = with_adapter(base, lora, cfg.init_adapter, trainable=True)
-    wrapper = WeightedLM(model, cfg.loss_chunk, cfg.naive_loss)
+    wrapper = WeightedLM(model, cfg.loss_chunk, cfg.naive_loss, cfg.is_cap)
     optimizer = torch.optim.AdamW([p for p in wrapper.parameters() if p.requires_grad], lr=cfg.learning_rate(),
                                   weight_decay=cfg.weight_decay)
     scheduler = get_linear_schedule_with_warmup(optimizer, cfg.warmup_steps, total_steps)

@@ -190,8 +190,13 @@ class Server:
     (with the base model's name) takes run-time LoRA loads."""
 
     def __init__(self, tokenizer: Any, models: dict[str, Generator], host: str = "127.0.0.1", port: int = 0,
-                 adapters: Adapters | None = None, base_name: str | None = None) -> None:
+                 adapters: Adapters | None = None, base_name: str | None = None, latency: float = 0.0) -> None:
         self.tok = tokenizer
+        # latency is added to every completion that generates a turn,
+        # outside the lock: a GPU server's time per turn, which costs this
+        # machine no CPU. A one-token request (a loop confirming an adapter)
+        # is a prefill on a GPU server, and waits for nothing here.
+        self.latency = latency
         self.models = models
         self.adapters = adapters
         self.base_name = base_name
@@ -259,6 +264,8 @@ class Server:
         gen = self._generator(name)
         if gen is None:
             return 404, {"error": {"message": f"The model `{name}` does not exist.", "type": "NotFoundError", "code": 404}}
+        if self.latency > 0 and body.get("max_tokens") != 1:
+            time.sleep(self.latency)
         msgs, tools = request_messages(body)
         prompt = self.tok.apply_chat_template(msgs, tools=tools, add_generation_prompt=True, tokenize=False)
         prompt_ids = list(self.tok(prompt, add_special_tokens=False)["input_ids"])
