@@ -34,6 +34,13 @@ type iterateFixture struct {
 
 func newIterateFixture(t *testing.T) *iterateFixture {
 	t.Helper()
+	return newIterateFixtureAt(t, 5*time.Millisecond)
+}
+
+// newIterateFixtureAt is newIterateFixture with replicas that take latency
+// per request.
+func newIterateFixtureAt(t *testing.T, latency time.Duration) *iterateFixture {
+	t.Helper()
 	dir := t.TempDir()
 	sample := filepath.Join(dir, "sample")
 	if code, _, errOut := run(t, "sample", "--out", sample); code != 0 {
@@ -48,8 +55,8 @@ func newIterateFixture(t *testing.T) *iterateFixture {
 	}
 	f := &iterateFixture{dataset: filepath.Join(sample, "dataset.jsonl"), repos: filepath.Join(sample, "repos"), init: init,
 		out: filepath.Join(dir, "iterate"),
-		a:   policytest.NewReplica(t, 5*time.Millisecond, policy.DefaultEpisodeHeader),
-		b:   policytest.NewReplica(t, 5*time.Millisecond, policy.DefaultEpisodeHeader)}
+		a:   policytest.NewReplica(t, latency, policy.DefaultEpisodeHeader),
+		b:   policytest.NewReplica(t, latency, policy.DefaultEpisodeHeader)}
 	f.a.EnableLoRA("base")
 	f.b.EnableLoRA("base")
 	return f

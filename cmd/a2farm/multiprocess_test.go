@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/a2farm/a2farm/coordinator/iterate"
 	"github.com/a2farm/a2farm/internal/checkfor"
 	"github.com/a2farm/a2farm/internal/natstest"
 	"github.com/a2farm/a2farm/internal/policytest"
@@ -400,4 +402,83 @@ func TestMultiProcessFarmSurvivesANATSRestart(t *testing.T) {
 		t.Errorf("%d groups sharded, want 6", len(shards))
 	}
 	t.Logf("NATS killed, back 3 s later: run answered %.1f s and sharded %.1f s after the kill", answered.Seconds(), sharded.Seconds())
+}
+
+// TestAsyncIterationsSurviveANATSRestart: a2farm iterate --max-staleness 1
+// against a farm of separate processes (NATS, a worker, a learner); the
+// NATS server is killed (SIGKILL) while round 3 plays and started again on
+// the same store 3 s later. The loop waits the outage out and exits 0;
+// every round's jobs are archived exactly once and sharded, by the version
+// its report row names.
+func TestAsyncIterationsSurviveANATSRestart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-process test")
+	}
+	bin := buildBinary(t)
+	f := newIterateFixtureAt(t, 100*time.Millisecond)
+	dir := t.TempDir()
+	port := freePort(t)
+	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
+	natsArgs := []string{"nats", "--port", fmt.Sprint(port), "--store", filepath.Join(dir, "nats"), "--ack-wait", "3s"}
+	server := start(t, bin, nil, natsArgs...)
+	server.waitFor(t, "nats listening on")
+	start(t, bin, nil, "worker", "--nats", url, "--repos", f.repos, "--base-url", f.a.URL, "--base-url", f.b.URL,
+		"--concurrency", "8", "--id", "w1", "--cache", filepath.Join(dir, "cache"))
+	learnerOut := filepath.Join(dir, "learner")
+	start(t, bin, nil, "learner", "--nats", url, "--out", learnerOut)
+	trainer := "mkdir -p {out} && touch {out}/adapter_config.json && sleep 1"
+	it := start(t, bin, nil, f.args(trainer, "--iterations", "1", "--max-staleness", "1", "--round-size", "2",
+		"--nats", url, "--shards", filepath.Join(learnerOut, "shards"))...)
+	it.waitWithin(t, "round 3: rollout with", 90*time.Second)
+	if err := server.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	server.cmd.Wait()
+	time.Sleep(3 * time.Second)
+	start(t, bin, nil, natsArgs...)
+	it.waitWithin(t, "3 rounds (1 passes of 3) done", 120*time.Second)
+	if err := it.cmd.Wait(); err != nil {
+		t.Fatalf("iterate: %v\n%s", err, it.out.String())
+	}
+	data, err := os.ReadFile(filepath.Join(f.out, "report.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("%d report rows, want 3", len(lines))
+	}
+	for r := 1; r <= 3; r++ {
+		trs, err := schema.ReadTrajectoryDir(filepath.Join(learnerOut, "archive", "r", fmt.Sprint(r), "*"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		jobs := map[string]string{}
+		for _, tr := range trs {
+			if _, twice := jobs[tr.JobID]; twice {
+				t.Errorf("round %d: job %s archived twice", r, tr.JobID)
+			}
+			jobs[tr.JobID] = tr.Policy.Version
+		}
+		want := fmt.Sprintf(`"iteration":%d,`, r)
+		row := lines[r-1]
+		if len(jobs) != 4 || !strings.Contains(row, want) {
+			t.Errorf("round %d: %d jobs archived, want 4; row %s", r, len(jobs), row)
+		}
+		for job, v := range jobs {
+			if !strings.Contains(row, fmt.Sprintf(`"acting_version":%s`, strings.TrimPrefix(v, "it"))) {
+				t.Errorf("round %d: job %s played by %s, its row says otherwise: %s", r, job, v, row)
+			}
+		}
+		if r == 3 {
+			var parsed iterate.Row
+			if err := json.Unmarshal([]byte(row), &parsed); err != nil || parsed.Seconds[iterate.StepRollout] < 2.5 {
+				t.Errorf("round 3's rollout took %.1f s: it did not meet the 3 s outage (%v)", parsed.Seconds[iterate.StepRollout], err)
+			}
+		}
+		shards, _ := filepath.Glob(filepath.Join(learnerOut, "shards", "r", fmt.Sprint(r), "*", "manifest.json"))
+		if len(shards) != 2 {
+			t.Errorf("round %d: %d groups sharded, want 2", r, len(shards))
+		}
+	}
 }

@@ -170,9 +170,9 @@ type Row struct {
 }
 
 // Scalars are the row's figures as a dashboard plots them, by tag: the
-// rollout's, the training's, the evaluation's at each level, and each
-// step's seconds. What the row lacks (a skipped training, no evaluation)
-// is left out.
+// rollout's, the training's, the evaluation's at each level, each step's
+// seconds, and an asynchronous round's acting version and staleness.
+// What the row lacks (a skipped training, no evaluation) is left out.
 func (r Row) Scalars() map[string]float64 {
 	out := map[string]float64{}
 	if ro := r.Rollout; ro != nil {
@@ -204,6 +204,12 @@ func (r Row) Scalars() map[string]float64 {
 	}
 	for step, secs := range r.Seconds {
 		out["seconds/"+string(step)] = secs
+	}
+	if r.Acting != nil {
+		out["async/acting_version"] = float64(*r.Acting)
+	}
+	if r.Staleness != nil {
+		out["async/staleness"] = float64(*r.Staleness)
 	}
 	return out
 }

@@ -299,6 +299,11 @@ func TestARowsScalars(t *testing.T) {
 	if got := row.Scalars(); !maps.Equal(got, want) {
 		t.Errorf("scalars\n%v\nwant\n%v", got, want)
 	}
+	acting, staleness := 1, 1
+	row.Acting, row.Staleness = &acting, &staleness
+	if got := row.Scalars(); got["async/acting_version"] != 1 || got["async/staleness"] != 1 {
+		t.Errorf("an asynchronous round's scalars lack its acting version and staleness: %v", got)
+	}
 	row.Train, row.Eval = &TrainResult{Adapter: "a", Skipped: "no row"}, nil
 	for tag := range row.Scalars() {
 		if strings.HasPrefix(tag, "train/") || strings.HasPrefix(tag, "eval/") {
