@@ -179,3 +179,27 @@ def test_two_iterations_end_to_end_through_ctrl_c_and_a_replica_restart(loop) ->
             t = json.loads(line)
             jobs[t["job_id"]] = (t["iteration"], t["policy"]["model"], t["status"])
     assert sorted(jobs.values()) == [(1, "base", "ok")] * 12 + [(2, "r-it1", "ok")] * 12
+
+
+def test_asynchronous_rounds_with_the_real_trainer(loop) -> None:
+    """--max-staleness 1 --round-size 3: the sample's six instances in two
+    rounds, both published with the base model at once; round 2 is trained
+    (continuing adapter 1) at staleness 1 while adapter 1 is loaded, and the
+    adapter after the pass is evaluated. Each round's jobs are answered by
+    the version its report row names."""
+    replica, args, env, out = loop
+    r = subprocess.run([*args, "--iterations", "1", "--max-staleness", "1", "--round-size", "3"], capture_output=True, text=True,
+                       env=env, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "rows trained by staleness (bound 1): {0: " in r.stdout, r.stdout
+    rows = [json.loads(x) for x in (out / "report.jsonl").read_text().splitlines()]
+    assert [(row["iteration"], row["acting_version"], row["staleness"]) for row in rows] == [(1, -1, 0), (2, -1, 1)]
+    for row in rows:
+        assert row["rollout"]["trajectories"] == 6 and row["rollout"]["rows"] > 0 and row["train"]["steps"] > 0
+    assert rows[1]["eval"]["instances"] == 6 and "eval" not in rows[0]
+    second = json.loads((out / "adapters/it2/train_manifest.json").read_text())
+    assert second["init_adapter"] == str(out / "adapters/it1")
+    loaded = [name for op, name, _ in replica.server.loads if op == "load"]
+    assert loaded[:1] == ["r-it1"] and "r-it2" in loaded
+    state = json.loads((out / "iterate.json").read_text())
+    assert state["async"]["max_in_flight"] == 2
