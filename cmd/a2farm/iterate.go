@@ -123,7 +123,7 @@ with --round-size plays the rounds in turn.`,
 	f.IntVar(&o.concurrency, "concurrency", 8, "episodes in flight per worker (and in the evaluation)")
 	f.BoolVar(&o.resume, "resume", false, "continue the driver's state in --out")
 	f.DurationVar(&o.trainerGrace, "trainer-grace", 2*time.Minute, "after Ctrl-C, how long the trainer may take to save its checkpoint before it is killed")
-	f.DurationVar(&o.shardTimeout, "shard-timeout", 10*time.Minute, "how long to wait for the learner to shard an iteration once every job has a trajectory")
+	f.DurationVar(&o.shardTimeout, "shard-timeout", iterate.DefaultShardTimeout, "how long to wait for the learner to shard an iteration once every job has a trajectory")
 	f.StringVar(&o.reportTo, "report-to", "none", "tensorboard: one dashboard for the loop — each iteration's rollout, training and evaluation, and the trainer's steps ({report}) — in --logging-dir; none: no dashboard")
 	f.StringVar(&o.loggingDir, "logging-dir", "", "the dashboard's folder (default <out>/logs; tensorboard --logdir it)")
 	f.IntVar(&o.maxStaleness, "max-staleness", 0, "asynchronous iterations: rows are trained at most this many adapters after the one that played them, and rounds play while adapters train (0: the synchronous loop); may change on --resume")

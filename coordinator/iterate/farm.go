@@ -72,7 +72,7 @@ type FarmConfig struct {
 	Bus    *bus.Bus
 	Shards string
 	// ShardTimeout bounds the wait for the learner to shard an iteration
-	// once every job has a trajectory.
+	// once every job has a trajectory (0: DefaultShardTimeout).
 	ShardTimeout time.Duration
 	// FarmFailed, when not nil, receives the error of an embedded farm's
 	// worker or learner that stopped: no one is left to finish a rollout.
@@ -161,13 +161,17 @@ func NewFarm(cfg FarmConfig) (*Farm, error) {
 		cfg.Progress = func(string) (func(int, int), func()) { return func(int, int) {}, func() {} }
 	}
 	if cfg.ShardTimeout <= 0 {
-		cfg.ShardTimeout = 10 * time.Minute
+		cfg.ShardTimeout = DefaultShardTimeout
 	}
 	if cfg.Eval.Samples < 1 {
 		cfg.Eval.Samples = 1
 	}
 	return &Farm{cfg: cfg}, nil
 }
+
+// DefaultShardTimeout is how long a rollout waits, once every job has a
+// trajectory, for the learner to shard its groups.
+const DefaultShardTimeout = 10 * time.Minute
 
 // IterationName is how messages name iteration k.
 func IterationName(k int) string {
