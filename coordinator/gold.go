@@ -148,7 +148,11 @@ func RunGold(ctx context.Context, cfg GoldConfig) (*GoldReport, error) {
 			defer ex.Close()
 			for i := range next {
 				inst := ds.Instances[i]
-				snap, err := repos.At(inst.Repo, inst.BaseCommit)
+				commit, err := repos.Snapshot(inst.Repo, inst.BaseCommit, inst.BasePatch, inst.InstanceID)
+				if err != nil {
+					return fmt.Errorf("%s: %w", inst.InstanceID, err)
+				}
+				snap, err := repos.At(inst.Repo, commit)
 				if err != nil {
 					return fmt.Errorf("%s: %w", inst.InstanceID, err)
 				}

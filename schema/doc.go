@@ -10,7 +10,7 @@ package schema
 
 // Version is the format version stored in the metadata of every Arrow
 // schema a2farm writes. Bump it with any change to a contract.
-const Version = "7"
+const Version = "8"
 
 // Metadata keys stored on every schema.
 const (

@@ -14,6 +14,10 @@ type Instance struct {
 	BaseCommit       string `json:"base_commit" arrow:"base_commit"`
 	ProblemStatement string `json:"problem_statement" arrow:"problem_statement"`
 	Patch            string `json:"patch" arrow:"patch"`
+	// BasePatch, when set, makes the snapshot BaseCommit with this patch
+	// applied (a SWE-smith row: the patch that introduces the bug), written
+	// as a commit of its own where it is read (gitrepo.Repo.Patched).
+	BasePatch string `json:"base_patch,omitempty" arrow:"base_patch"`
 	// Languages name the languages the instance's snapshot is read with
 	// (lang.Selection: the run's --languages, else the row's own, else
 	// Python); empty means every language the reader knows.
@@ -192,6 +196,9 @@ type Job struct {
 	Repo             string `json:"repo" arrow:"repo"`
 	BaseCommit       string `json:"base_commit" arrow:"base_commit"`
 	ProblemStatement string `json:"problem_statement" arrow:"problem_statement"`
+	// BasePatch is the instance's (Instance.BasePatch): the snapshot is
+	// BaseCommit with it applied.
+	BasePatch string `json:"base_patch,omitempty" arrow:"base_patch"`
 	// Languages are the instance's (Instance.Languages): the worker reads
 	// the snapshot with them.
 	Languages []string `json:"languages,omitempty" arrow:"languages"`
@@ -532,7 +539,7 @@ func (s RunSpec) Job(runID string, iteration int64, in Instance, sample int64) J
 	sampling.Seed = SampleSeed(s.Seed, sample)
 	return Job{
 		JobID: JobID(runID, iteration, in.InstanceID, sample), RunID: runID, Iteration: iteration,
-		InstanceID: in.InstanceID, Repo: in.Repo, BaseCommit: in.BaseCommit, ProblemStatement: in.ProblemStatement,
+		InstanceID: in.InstanceID, Repo: in.Repo, BaseCommit: in.BaseCommit, BasePatch: in.BasePatch, ProblemStatement: in.ProblemStatement,
 		Languages: in.Languages, Sample: sample, Policy: s.Policy, Sampling: sampling, Limits: s.Limits, Tools: s.Tools, Attempt: 1,
 	}
 }

@@ -587,8 +587,15 @@ func (w *farmWorker) runJob(ctx context.Context, job schema.Job, msg jetstream.M
 	if err != nil {
 		return w.giveUp(ctx, job, delivered(msg, 1), "this worker cannot read the job's languages: "+err.Error())
 	}
+	commit, err := w.cfg.Repos.Snapshot(job.Repo, job.BaseCommit, job.BasePatch, job.InstanceID)
+	switch {
+	case errors.Is(err, gitrepo.ErrNotFound):
+		return w.lacksSnapshot(ctx, job, msg, err)
+	case err != nil: // the base patch does not apply: no worker can play it
+		return w.giveUp(ctx, job, delivered(msg, 1), "the snapshot cannot be made: "+err.Error())
+	}
 	stopProgress := bus.KeepAlive(w.cfg.Bus.AckWait(), msg)
-	idx, release, err := w.index(ctx, job.Repo, job.BaseCommit, opts)
+	idx, release, err := w.index(ctx, job.Repo, commit, opts)
 	stopProgress()
 	if err != nil {
 		if errors.Is(err, gitrepo.ErrNotFound) {

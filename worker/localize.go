@@ -282,7 +282,11 @@ func (cfg *LocalizeConfig) runInstance(stop, ctx context.Context, inst schema.In
 	if err != nil {
 		return trs, fmt.Errorf("%s: %w", inst.InstanceID, err)
 	}
-	idx, err := repoindex.Build(stop, cfg.Repos, inst.Repo, inst.BaseCommit, opts)
+	commit, err := cfg.Repos.Snapshot(inst.Repo, inst.BaseCommit, inst.BasePatch, inst.InstanceID)
+	if err != nil {
+		return trs, fmt.Errorf("%s: %w", inst.InstanceID, err)
+	}
+	idx, err := repoindex.Build(stop, cfg.Repos, inst.Repo, commit, opts)
 	switch {
 	case err != nil && (stop.Err() != nil || len(jobs) == 0):
 		return trs, nil // stopped, or only branches left, which need the index

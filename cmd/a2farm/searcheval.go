@@ -59,7 +59,11 @@ same tokens. Gold comes from --gold, or from file_changes in the dataset rows.`,
 				if len(gold) == 0 {
 					continue
 				}
-				snap, err := repos.At(inst.Repo, inst.BaseCommit)
+				commit, err := repos.Snapshot(inst.Repo, inst.BaseCommit, inst.BasePatch, inst.InstanceID)
+				if err != nil {
+					return err
+				}
+				snap, err := repos.At(inst.Repo, commit)
 				if err != nil {
 					return err
 				}

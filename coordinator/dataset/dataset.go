@@ -18,6 +18,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/a2farm/a2farm/internal/diff"
 	"github.com/a2farm/a2farm/lang"
 	"github.com/a2farm/a2farm/schema"
 )
@@ -53,6 +54,13 @@ func (e *Error) Unwrap() error { return e.Err }
 // check.
 type RepoChecker interface {
 	CheckCommit(ctx context.Context, repo, commit string) error
+}
+
+// SnapshotWriter is a RepoChecker that also writes a patched snapshot
+// (gitrepo.Set): a SWE-smith row whose patch does not apply to its base is
+// then rejected with its line, as a missing commit is.
+type SnapshotWriter interface {
+	Snapshot(repo, base, patch, label string) (string, error)
 }
 
 // Options control validation.
@@ -211,6 +219,9 @@ var (
 var (
 	repoPattern   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9_.][A-Za-z0-9_.-]*$`)
 	commitPattern = regexp.MustCompile(`^[0-9a-fA-F]{7,40}$`)
+	// swesmithRepo is SWE-smith's mirror of a repository at one commit:
+	// swesmith/<owner>__<name>.<commit>.
+	swesmithRepo = regexp.MustCompile(`^swesmith/([A-Za-z0-9][A-Za-z0-9_.-]*?)__([A-Za-z0-9_.][A-Za-z0-9_.-]*)\.([0-9a-fA-F]{7,40})$`)
 )
 
 // required are the fields every row must carry, as non-empty strings.
@@ -228,8 +239,12 @@ func validate(ctx context.Context, row rawRow, seen map[string]int, opts Options
 	if raw, ok := row.fields["instance_id"]; ok {
 		_ = json.Unmarshal(raw, &id)
 	}
+	smith := swesmithMirror(row.fields)
 	for _, key := range required {
 		raw, ok := row.fields[key]
+		if key == "base_commit" && smith != nil && (!ok || string(raw) == "null") {
+			continue // the mirror's name holds it
+		}
 		if !ok || string(raw) == "null" {
 			return fail(id, "missing field %q", key)
 		}
@@ -244,6 +259,13 @@ func validate(ctx context.Context, row rawRow, seen map[string]int, opts Options
 	}
 	if prev, dup := seen[id]; dup {
 		return fail(id, "duplicate instance_id (first on line %d)", prev)
+	}
+	var basePatch string
+	if smith != nil && values["base_commit"] == "" {
+		// A SWE-smith row: the snapshot is the mirror's commit with the row's
+		// patch, which introduces the bug, applied; the fix to locate undoes it.
+		values["repo"], values["base_commit"] = smith[1]+"/"+smith[2], smith[3]
+		basePatch, values["patch"] = values["patch"], diff.Reverse(values["patch"])
 	}
 	if !repoPattern.MatchString(values["repo"]) || strings.Contains(values["repo"], "..") {
 		return fail(id, "repo %q is not owner/name", values["repo"])
@@ -268,6 +290,11 @@ func validate(ctx context.Context, row rawRow, seen map[string]int, opts Options
 		if err := opts.Repos.CheckCommit(ctx, values["repo"], values["base_commit"]); err != nil {
 			return fail(id, "%v", err)
 		}
+		if sw, ok := opts.Repos.(SnapshotWriter); ok && basePatch != "" {
+			if _, err := sw.Snapshot(values["repo"], values["base_commit"], basePatch, id); err != nil {
+				return fail(id, "%v", err)
+			}
+		}
 	}
 	extra := map[string]json.RawMessage{}
 	for k, v := range row.fields {
@@ -281,6 +308,7 @@ func validate(ctx context.Context, row rawRow, seen map[string]int, opts Options
 		BaseCommit:       values["base_commit"],
 		ProblemStatement: values["problem_statement"],
 		Patch:            values["patch"],
+		BasePatch:        basePatch,
 		Languages:        languages,
 	}
 	if opts.WithRequirements {
@@ -306,6 +334,16 @@ func appendRequirements(problem string, fields map[string]json.RawMessage) strin
 		}
 	}
 	return problem
+}
+
+// swesmithMirror matches a row's repo against SWE-smith's mirror names:
+// nil, or the match (owner, name, commit at 1, 2, 3).
+func swesmithMirror(fields map[string]json.RawMessage) []string {
+	var repo string
+	if raw, ok := fields["repo"]; !ok || json.Unmarshal(raw, &repo) != nil {
+		return nil
+	}
+	return swesmithRepo.FindStringSubmatch(repo)
 }
 
 func isRequired(key string) bool {

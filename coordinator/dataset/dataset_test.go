@@ -228,3 +228,44 @@ func TestRowLanguages(t *testing.T) {
 		t.Errorf("a language that is not a string: %v %v", res, err)
 	}
 }
+
+// TestSWESmithAndSWERebenchRows: a SWE-smith row (no base_commit; the
+// mirror's name holds repository and commit, a name with dots included;
+// the patch introduces the bug) reads as the mirror's commit plus that
+// patch, with the reversed patch as the fix to locate; a SWE-rebench row
+// (SWE-bench's columns, FAIL_TO_PASS as a list, a meta object) reads as
+// SWE-bench's, its other columns kept.
+func TestSWESmithAndSWERebenchRows(t *testing.T) {
+	bug := "diff --git a/m.py b/m.py\n--- a/m.py\n+++ b/m.py\n@@ -1,2 +1,2 @@\n x = 1\n-y = 2\n+y = 3\n"
+	fix := "diff --git a/m.py b/m.py\n--- a/m.py\n+++ b/m.py\n@@ -1,2 +1,2 @@\n x = 1\n-y = 3\n+y = 2\n"
+	row := func(fields map[string]any) string {
+		b, _ := json.Marshal(fields)
+		return string(b) + "\n"
+	}
+	input := row(map[string]any{"instance_id": "pandas-dev__pandas.95280573.func_pm_op_swap__1", "repo": "swesmith/pandas-dev__pandas.95280573",
+		"patch": bug, "problem_statement": "p", "FAIL_TO_PASS": []string{"t::a"}, "image_name": "swesmith.x86_64.pandas-dev__pandas.95280573"}) +
+		row(map[string]any{"instance_id": "x.js-1", "repo": "swesmith/owner__x.js.0123abcd", "patch": bug, "problem_statement": "p"}) +
+		row(map[string]any{"instance_id": "o__r-9", "repo": "o/r", "base_commit": "abcdef1", "patch": fix, "problem_statement": "p",
+			"FAIL_TO_PASS": []string{"t::b"}, "meta": map[string]any{"is_lite": false}, "environment_setup_commit": "abcdef2"})
+	res, err := Read(context.Background(), strings.NewReader(input), Options{Strict: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := res.Instances
+	if len(got) != 3 {
+		t.Fatalf("%d instances", len(got))
+	}
+	if got[0].Repo != "pandas-dev/pandas" || got[0].BaseCommit != "95280573" || got[0].BasePatch != bug || got[0].Patch != fix {
+		t.Errorf("SWE-smith row: %+v", got[0])
+	}
+	if !strings.Contains(string(got[0].Extra), `"image_name":"swesmith.x86_64.pandas-dev__pandas.95280573"`) {
+		t.Errorf("SWE-smith row's other columns not kept: %s", got[0].Extra)
+	}
+	if got[1].Repo != "owner/x.js" || got[1].BaseCommit != "0123abcd" {
+		t.Errorf("a mirror of a name with a dot: %+v", got[1])
+	}
+	if got[2].Repo != "o/r" || got[2].BasePatch != "" || got[2].Patch != fix || !strings.Contains(string(got[2].Extra), `"meta":{"is_lite":false}`) ||
+		!strings.Contains(string(got[2].Extra), `"FAIL_TO_PASS":["t::b"]`) {
+		t.Errorf("SWE-rebench row: %+v %s", got[2], got[2].Extra)
+	}
+}

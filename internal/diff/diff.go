@@ -33,11 +33,14 @@ type Line struct {
 	NewNo int
 }
 
-// Hunk is one @@ block.
+// Hunk is one @@ block. OldNoNewline and NewNoNewline record git's
+// "\ No newline at end of file" after the hunk's last old-side or new-side
+// line: that side's file ends there without a line terminator.
 type Hunk struct {
-	OldStart, OldLines int
-	NewStart, NewLines int
-	Lines              []Line
+	OldStart, OldLines         int
+	NewStart, NewLines         int
+	Lines                      []Line
+	OldNoNewline, NewNoNewline bool
 }
 
 // FilePatch is the part of a diff that concerns one file.
@@ -126,6 +129,7 @@ func parseHunk(lines []string, i int) (Hunk, int, error) {
 	for ; j < len(lines) && (oldLeft > 0 || newLeft > 0); j++ {
 		l := lines[j]
 		if strings.HasPrefix(l, `\`) { // "\ No newline at end of file"
+			h.markNoNewline()
 			continue
 		}
 		if l == "" { // some tools drop the space of an empty context line
@@ -154,9 +158,26 @@ func parseHunk(lines []string, i int) (Hunk, int, error) {
 		return Hunk{}, 0, fmt.Errorf("line %d: hunk %q is truncated", i+1, lines[i])
 	}
 	for j < len(lines) && strings.HasPrefix(lines[j], `\`) {
+		h.markNoNewline()
 		j++
 	}
 	return h, j, nil
+}
+
+// markNoNewline records a "\ No newline at end of file" marker: it follows
+// the line it concerns, whose kind says which side ends there.
+func (h *Hunk) markNoNewline() {
+	if len(h.Lines) == 0 {
+		return
+	}
+	switch h.Lines[len(h.Lines)-1].Kind {
+	case Context:
+		h.OldNoNewline, h.NewNoNewline = true, true
+	case Removed:
+		h.OldNoNewline = true
+	case Added:
+		h.NewNoNewline = true
+	}
 }
 
 // gitHeaderPaths splits "diff --git a/x b/x". Paths with spaces are split
@@ -274,6 +295,37 @@ func locate(old, want []string, start, min int) (int, bool) {
 	return 0, false
 }
 
+// ApplyBytes applies fp to a file's content byte for byte, as git apply
+// does: lines keep whatever they end with besides "\n" (a "\r" stays), and
+// the result ends without a newline exactly when the patch says its new
+// side does, or when the old content did and no hunk reached its end.
+func ApplyBytes(old []byte, fp FilePatch) ([]byte, error) {
+	oldLines := SplitLines(string(old))
+	newLines, offsets, err := Apply(oldLines, fp)
+	if err != nil {
+		return nil, err
+	}
+	if len(newLines) == 0 {
+		return []byte{}, nil
+	}
+	noNewline := len(old) > 0 && old[len(old)-1] != '\n'
+	if n := len(fp.Hunks); n > 0 {
+		last := fp.Hunks[n-1]
+		oldEnd := last.OldStart - 1 + offsets[n-1] + last.OldLines
+		if last.OldLines == 0 {
+			oldEnd = last.OldStart + offsets[n-1]
+		}
+		if oldEnd >= len(oldLines) { // the last hunk reaches the end of the file: its new side decides
+			noNewline = last.NewNoNewline
+		}
+	}
+	out := strings.Join(newLines, "\n")
+	if !noNewline {
+		out += "\n"
+	}
+	return []byte(out), nil
+}
+
 // SplitLines splits file content into lines without terminators; a final
 // newline does not add an empty line.
 func SplitLines(content string) []string {
@@ -282,4 +334,165 @@ func SplitLines(content string) []string {
 	}
 	content = strings.TrimSuffix(content, "\n")
 	return strings.Split(content, "\n")
+}
+
+// Reverse turns a unified diff in git format around: the patch that undoes
+// it, as git diff writes it with its two sides swapped (SWE-smith's rows
+// carry the patch that introduces a bug; the fix to locate is its
+// reverse). Within each run of changed lines the removed lines come first,
+// as git writes them; a "\ No newline at end of file" marker stays with its
+// line.
+func Reverse(patch string) string {
+	lines := strings.SplitAfter(patch, "\n")
+	var out strings.Builder
+	for i := 0; i < len(lines); {
+		l := lines[i]
+		body := strings.TrimRight(l, "\n")
+		eol := l[len(body):]
+		switch {
+		case strings.HasPrefix(body, "diff --git "):
+			if a, b, ok := gitHeaderPaths(body); ok {
+				out.WriteString("diff --git a/" + b + " b/" + a + eol)
+			} else {
+				out.WriteString(l)
+			}
+		case strings.HasPrefix(body, "--- ") && i+1 < len(lines) && strings.HasPrefix(lines[i+1], "+++ "):
+			next := strings.TrimRight(lines[i+1], "\n")
+			out.WriteString("--- " + swapSide(next[4:], "b/", "a/") + eol)
+			out.WriteString("+++ " + swapSide(body[4:], "a/", "b/") + lines[i+1][len(next):])
+			i += 2
+			continue
+		case strings.HasPrefix(body, "@@ "):
+			out.WriteString(reverseHunkHeader(body) + eol)
+			i++
+			n := i
+			for n < len(lines) && isHunkLine(lines[n]) {
+				n++
+			}
+			writeReversedHunk(&out, lines[i:n])
+			i = n
+			continue
+		default:
+			if first, second, ok := swappedPair(body, lines, i); ok {
+				out.WriteString(first + eol)
+				out.WriteString(second + lines[i+1][len(strings.TrimRight(lines[i+1], "\n")):])
+				i += 2
+				continue
+			}
+			out.WriteString(reverseExtendedHeader(body) + eol)
+		}
+		i++
+	}
+	return out.String()
+}
+
+// headerPairs are git's extended header lines that come in pairs, the old
+// side first.
+var headerPairs = [][2]string{{"old mode ", "new mode "}, {"rename from ", "rename to "}, {"copy from ", "copy to "}}
+
+// swappedPair turns "rename from X" + "rename to Y" (at lines[i]) into
+// "rename from Y" + "rename to X", and so for modes and copies.
+func swappedPair(body string, lines []string, i int) (string, string, bool) {
+	if i+1 >= len(lines) {
+		return "", "", false
+	}
+	next := strings.TrimRight(lines[i+1], "\n")
+	for _, p := range headerPairs {
+		a, okA := strings.CutPrefix(body, p[0])
+		b, okB := strings.CutPrefix(next, p[1])
+		if okA && okB {
+			return p[0] + b, p[1] + a, true
+		}
+	}
+	return "", "", false
+}
+
+// isHunkLine says whether l belongs to a hunk's body.
+func isHunkLine(l string) bool {
+	return l != "" && (l[0] == ' ' || l[0] == '+' || l[0] == '-' || l[0] == '\\' || l == "\n")
+}
+
+// writeReversedHunk writes a hunk's body with its sides swapped: each run
+// of changed lines becomes its added lines (now removed) followed by its
+// removed lines (now added), each with its marker.
+func writeReversedHunk(out *strings.Builder, body []string) {
+	var removed, added []string // of the reversed hunk
+	flush := func() {
+		for _, l := range removed {
+			out.WriteString(l)
+		}
+		for _, l := range added {
+			out.WriteString(l)
+		}
+		removed, added = nil, nil
+	}
+	last := &removed
+	for _, l := range body {
+		switch l[0] {
+		case '+':
+			removed = append(removed, "-"+l[1:])
+			last = &removed
+		case '-':
+			added = append(added, "+"+l[1:])
+			last = &added
+		case '\\':
+			if len(*last) > 0 {
+				*last = append(*last, l)
+			} else {
+				out.WriteString(l)
+			}
+		default: // context
+			flush()
+			out.WriteString(l)
+			removed, added = nil, nil
+			last = &removed
+		}
+	}
+	flush()
+}
+
+// reverseHunkHeader swaps "@@ -a,b +c,d @@" into "@@ -c,d +a,b @@".
+func reverseHunkHeader(h string) string {
+	m := hunkHeader.FindStringSubmatchIndex(h)
+	if m == nil {
+		return h
+	}
+	side := func(start, count int) string { // "a" or "a,b", as written
+		if m[count] < 0 {
+			return h[m[start]:m[start+1]]
+		}
+		return h[m[start]:m[start+1]] + "," + h[m[count]:m[count+1]]
+	}
+	return "@@ -" + side(6, 8) + " +" + side(2, 4) + " @@" + h[m[1]:]
+}
+
+// reverseExtendedHeader swaps the sides of a lone extended header line
+// (a file's creation or deletion, the index line); others are kept.
+func reverseExtendedHeader(l string) string {
+	for _, p := range [][2]string{{"new file mode ", "deleted file mode "}} {
+		if rest, ok := strings.CutPrefix(l, p[0]); ok {
+			return p[1] + rest
+		}
+		if rest, ok := strings.CutPrefix(l, p[1]); ok {
+			return p[0] + rest
+		}
+	}
+	if rest, ok := strings.CutPrefix(l, "index "); ok {
+		ids, mode, _ := strings.Cut(rest, " ")
+		if a, b, ok := strings.Cut(ids, ".."); ok {
+			if mode != "" {
+				mode = " " + mode
+			}
+			return "index " + b + ".." + a + mode
+		}
+	}
+	return l
+}
+
+// swapSide turns a "--- a/x" or "+++ b/x" path into the other side's.
+func swapSide(p, from, to string) string {
+	if rest, ok := strings.CutPrefix(p, from); ok {
+		return to + rest
+	}
+	return p // /dev/null, or a path without a prefix
 }

@@ -2,9 +2,14 @@ package diff
 
 import (
 	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/a2farm/a2farm/internal/needs"
 )
 
 const twoFiles = `diff --git a/pkg/a.py b/pkg/a.py
@@ -129,5 +134,107 @@ func TestSplitLines(t *testing.T) {
 		if got := SplitLines(in); !reflect.DeepEqual(got, want) {
 			t.Errorf("SplitLines(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// TestApplyBytesAsGitWritesTheDiff: for each pair of contents, git diff
+// --no-index writes the patch and ApplyBytes must give the new content
+// byte for byte — files without a final newline (kept, added, removed,
+// changed far from the end), CRLF lines, a file emptied and one filled.
+func TestApplyBytesAsGitWritesTheDiff(t *testing.T) {
+	needs.Program(t, "git", "apt-get install git", "git")
+	long := strings.Repeat("line\n", 20)
+	for _, tc := range []struct{ name, old, new string }{
+		{"a line changed", "a\nb\nc\n", "a\nB\nc\n"},
+		{"a final newline added", "a\nb\nc", "a\nb\nc\n"},
+		{"the final newline removed", "a\nb\nc\n", "a\nb\nc"},
+		{"a file without one changed at its end", "a\nb\nc", "A\nb\nc"},
+		{"a file without one changed far from its end", "x\ny\n" + long + "z", "x\nY\n" + long + "z"},
+		{"a line added to a file without one", "x\n" + long + "z", "x\n" + long + "z\nw"},
+		{"CRLF lines", "a\r\nb\r\nc\r\n", "a\r\nB\r\nc\r\n"},
+		{"emptied", "x\ny\n", ""},
+		{"filled without a final newline", "", "x\ny"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			oldPath, newPath := filepath.Join(dir, "old"), filepath.Join(dir, "new")
+			if err := os.WriteFile(oldPath, []byte(tc.old), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(newPath, []byte(tc.new), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			out, err := exec.Command("git", "diff", "--no-index", "--no-color", oldPath, newPath).Output()
+			var exit *exec.ExitError
+			if err != nil && !(errors.As(err, &exit) && exit.ExitCode() == 1) {
+				t.Fatalf("git diff: %v", err)
+			}
+			fps, err := Parse(string(out))
+			if err != nil || len(fps) != 1 {
+				t.Fatalf("parse %q: %v (%d files)", out, err, len(fps))
+			}
+			got, err := ApplyBytes([]byte(tc.old), fps[0])
+			if err != nil || string(got) != tc.new {
+				t.Errorf("ApplyBytes: %q, %v; want %q\npatch:\n%s", got, err, tc.new, out)
+			}
+		})
+	}
+}
+
+// TestReverseIsGitsDiffTheOtherWay: for pairs of trees, Reverse(git diff
+// A B) is git diff B A, byte for byte — changed lines in runs, an added
+// and a deleted file, a rename with a change, a mode change, files without
+// a final newline; and applied to B it gives A.
+func TestReverseIsGitsDiffTheOtherWay(t *testing.T) {
+	needs.Program(t, "git", "apt-get install git", "git")
+	dir := t.TempDir()
+	git := func(args ...string) string {
+		t.Helper()
+		out, err := exec.Command("git", append([]string{"-C", dir, "-c", "user.name=t", "-c", "user.email=t@t"}, args...)...).Output()
+		var exit *exec.ExitError
+		if err != nil && !(errors.As(err, &exit) && exit.ExitCode() == 1) {
+			t.Fatalf("git %v: %v", args, err)
+		}
+		return string(out)
+	}
+	write := func(files map[string]string) {
+		for name, content := range files {
+			p := filepath.Join(dir, name)
+			if content == "" {
+				os.Remove(p)
+				continue
+			}
+			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	git("init", "-q")
+	long := strings.Repeat("keep\n", 12)
+	write(map[string]string{"a.py": "def f():\n    x = 1\n    y = 2\n    return x + y\n" + long + "z = 0\n", "gone.py": "bye\n",
+		"old/name.py": "n = 1\nm = 2\n" + long, "tail.py": "a\nb", "run.sh": "echo hi\n"})
+	git("add", "-A")
+	git("commit", "-qm", "A")
+	write(map[string]string{"a.py": "def f():\n    x = 10\n    y = 20\n    w = 3\n    return x + y\n" + long + "z = 1\n", "gone.py": "",
+		"old/name.py": "", "new/name.py": "n = 1\nm = 3\n" + long, "tail.py": "a\nc", "added.py": "new\n"})
+	if err := os.Chmod(filepath.Join(dir, "run.sh"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	git("add", "-A")
+	git("commit", "-qm", "B")
+	forward, backward := git("diff", "-M", "--no-color", "HEAD~1", "HEAD"), git("diff", "-M", "--no-color", "HEAD", "HEAD~1")
+	for _, want := range []string{"rename from", "new file mode", "deleted file mode", "old mode", `\ No newline`} {
+		if !strings.Contains(forward, want) {
+			t.Fatalf("the diff lacks %q, which the test is about:\n%s", want, forward)
+		}
+	}
+	if got := Reverse(forward); got != backward {
+		t.Errorf("Reverse(git diff A B):\n%s\nwant git diff B A:\n%s", got, backward)
+	}
+	if got := Reverse(Reverse(forward)); got != forward {
+		t.Errorf("Reverse twice is not the diff itself:\n%s", got)
 	}
 }

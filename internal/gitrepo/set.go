@@ -2,6 +2,8 @@ package gitrepo
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"sync"
@@ -10,15 +12,16 @@ import (
 // Set opens the repositories of a repos folder on demand and keeps them
 // open; it is safe for concurrent use.
 type Set struct {
-	dir   string
-	mu    sync.Mutex
-	repos map[string]*Repo
+	dir     string
+	mu      sync.Mutex
+	repos   map[string]*Repo
+	patched map[string]string // repo@base+sha256(patch) → the patched snapshot's commit
 }
 
 // NewSet returns a set over reposDir (one repository per dataset repo,
 // named owner__name).
 func NewSet(reposDir string) *Set {
-	return &Set{dir: reposDir, repos: map[string]*Repo{}}
+	return &Set{dir: reposDir, repos: map[string]*Repo{}, patched: map[string]string{}}
 }
 
 // Repo returns the open repository for "owner/name".
@@ -47,6 +50,34 @@ func (s *Set) At(repo, commit string) (*Snapshot, error) {
 		return nil, err
 	}
 	return r.At(commit)
+}
+
+// Snapshot is the commit of a snapshot: base itself when patch is empty,
+// else the commit Patched writes for base plus patch (once per set: it is
+// remembered). label names the snapshot in errors and in the commit.
+func (s *Set) Snapshot(repo, base, patch, label string) (string, error) {
+	if patch == "" {
+		return base, nil
+	}
+	sum := sha256.Sum256([]byte(patch))
+	key := repo + "@" + base + "+" + hex.EncodeToString(sum[:])
+	s.mu.Lock()
+	id, ok := s.patched[key]
+	s.mu.Unlock()
+	if ok {
+		return id, nil
+	}
+	r, err := s.Repo(repo)
+	if err != nil {
+		return "", err
+	}
+	if id, err = r.Patched(base, patch, label); err != nil {
+		return "", err
+	}
+	s.mu.Lock()
+	s.patched[key] = id
+	s.mu.Unlock()
+	return id, nil
 }
 
 // CheckCommit reports an error when the repository or commit is missing.

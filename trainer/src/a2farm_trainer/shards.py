@@ -31,8 +31,9 @@ from .errors import InputError
 # module: the learner writes it into every manifest and Parquet file).
 # Format 6 added columns to jobs and instances only: its shards are
 # format 5's. Format 7 added policy_version (the version that played the
-# row) to every row: a column training does not read.
-READABLE_FORMATS = ("5", "6", "7")
+# row) to every row: a column training does not read. Format 8 added
+# base_patch to jobs and instances only.
+READABLE_FORMATS = ("5", "6", "7", "8")
 
 MANIFEST = "manifest.json"
 
