@@ -15,9 +15,9 @@ import (
 	"github.com/a2farm/a2farm/internal/diff"
 )
 
-// PatchedEmail marks the commits Patched writes: a snapshot that is a base
-// commit plus a patch (a SWE-smith bug), never a commit of the project's
-// history. History tools start below it.
+// PatchedEmail is the author of the commits Patched writes: a snapshot that
+// is a base commit plus a patch (a SWE-smith bug), never a commit of the
+// project's history. History tools start below it (IsPatched).
 const PatchedEmail = "patched-snapshot@a2farm.invalid"
 
 // Patched writes the snapshot "base plus patch" into the repository as a
@@ -61,7 +61,7 @@ func (r *Repo) Patched(base, patch, label string) (string, error) {
 	}
 	sig := object.Signature{Name: "a2farm", Email: PatchedEmail, When: commit.Committer.When}
 	c := &object.Commit{Author: sig, Committer: sig, TreeHash: root, ParentHashes: []plumbing.Hash{commit.Hash},
-		Message: fmt.Sprintf("a2farm: %s, %s with its patch applied\n", label, commit.Hash)}
+		Message: patchedMessage(label, commit.Hash)}
 	id, err := r.store(c)
 	if err != nil {
 		return "", fmt.Errorf("write the commit of %s: %w", label, err)
@@ -200,27 +200,17 @@ func (r *Repo) store(o interface {
 	return r.repo.Storer.SetEncodedObject(obj)
 }
 
-// HistoryStart is the commit whose history a snapshot at commit has: the
-// commit itself, or for a patched snapshot the base it was written on (the
-// patch is the task, not a commit of the project, and must not show in a
-// history search).
-func (r *Repo) HistoryStart(commit string) (string, error) {
-	for range 8 { // a patched snapshot of a patched snapshot, at most a few deep
-		h, err := r.ReadCommit(commit)
-		if err != nil {
-			return "", err
-		}
-		if !r.isPatched(commit) || len(h.Parents) == 0 {
-			return commit, nil
-		}
-		commit = h.Parents[0]
-	}
-	return commit, nil
+// patchedMessage is the message of the commit Patched writes for label on
+// base: it names the base, so that a history can tell the commit from the
+// message and first parent alone (IsPatched), without reading git.
+func patchedMessage(label string, base plumbing.Hash) string {
+	return fmt.Sprintf("a2farm: %s, %s with its patch applied\n", label, base)
 }
 
-func (r *Repo) isPatched(commit string) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	c, err := r.repo.CommitObject(plumbing.NewHash(commit))
-	return err == nil && c.Author.Email == PatchedEmail
+// IsPatched says whether a commit with this message and first parent is a
+// patched snapshot Patched wrote: the task, not a commit of the project,
+// which a history search must not show (it starts at the base).
+func IsPatched(message, firstParent string) bool {
+	m := strings.TrimRight(message, "\n") // a history store keeps messages without their final newlines
+	return strings.HasPrefix(m, "a2farm: ") && strings.HasSuffix(m, ", "+firstParent+" with its patch applied")
 }

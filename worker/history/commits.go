@@ -65,16 +65,12 @@ func IssueRefs(text string) []string {
 }
 
 // BuildCommitIndex is the history of the snapshot at commit (a full id):
-// up to MaxCommits ancestors (of its base, for a patched snapshot), derived from the repository's store, which
+// up to MaxCommits ancestors (its base's, for a patched snapshot: View), derived from the repository's store, which
 // reads from git only what it lacks. Messages are taken from commit
 // objects, so multi-paragraph messages are kept whole (the reference splits
 // `git log` output on blank lines and loses them).
 func BuildCommitIndex(ctx context.Context, repo *gitrepo.Repo, commit string, store *Store) (*CommitIndex, ViewStats, error) {
-	start, err := repo.HistoryStart(commit)
-	if err != nil {
-		return nil, ViewStats{}, err
-	}
-	commits, st, err := store.View(ctx, repo, start, MaxCommits)
+	commits, st, err := store.View(ctx, repo, commit, MaxCommits)
 	if err != nil {
 		return nil, st, err
 	}

@@ -254,7 +254,8 @@ type ViewStats struct {
 }
 
 // View returns the history of the snapshot at commit: its most recent
-// limit ancestors (itself included), newest first by committer time, the
+// limit ancestors (itself included; a patched snapshot's are its base's),
+// newest first by committer time, the
 // order go-git's and `git log`'s walks give. Records the store lacks are
 // read from repo and added.
 func (s *Store) View(ctx context.Context, repo *gitrepo.Repo, commit string, limit int) ([]Commit, ViewStats, error) {
@@ -279,6 +280,13 @@ func (s *Store) View(ctx context.Context, repo *gitrepo.Repo, commit string, lim
 	first, err := get(start)
 	if err != nil {
 		return nil, st, err
+	}
+	// A patched snapshot's history is its base's: the patch is the task,
+	// not a commit of the project (told from the record, not from git).
+	for len(first.parents) > 0 && gitrepo.IsPatched(s.commit(first.off).Message, first.parents[0].String()) {
+		if first, err = get(first.parents[0]); err != nil {
+			return nil, st, err
+		}
 	}
 	// The same heap and order as go-git's commit walker by committer time
 	// (object.NewCommitIterCTime), so ties break the same way.

@@ -235,16 +235,15 @@ func (c *Cache) buildEntry(ctx context.Context, r *gitrepo.Repo, commit, repo st
 		return made{}, err
 	}
 	defer os.RemoveAll(tmp)
-	// An overlay on the nearest whole entry when one shares enough; a farm
-	// shares whole entries (a worker fetching one has no base to lay it on).
+	// An overlay on the nearest whole entry when one shares enough (in a
+	// farm, one the shared store holds: a worker fetching the overlay
+	// fetches its base too).
 	var base *baseParts
 	choosing := time.Now()
-	if opts.Shared == nil {
-		if listed, err := codegraph.ListSnapshot(opts.Languages, snap); err == nil {
-			if b, ok := c.chooseBase(opts, listed, dir); ok {
-				base = b
-				defer base.close() // until the overlay is installed: eviction leaves the base be
-			}
+	if listed, err := codegraph.ListSnapshot(opts.Languages, snap); err == nil {
+		if b, ok := c.chooseBase(opts, listed, dir); ok {
+			base = b
+			defer base.close() // until the overlay is installed: eviction leaves the base be
 		}
 	}
 	chooseTime := time.Since(choosing)
@@ -278,7 +277,12 @@ func (c *Cache) buildEntry(ctx context.Context, r *gitrepo.Repo, commit, repo st
 	if err := installEntry(tmp, dir); err != nil {
 		return made{}, err
 	}
-	return made{source: SourceBuilt, timings: idx.Timings, history: idx.History, blobs: idx.blobs}, nil
+	blobs := idx.blobs
+	if base != nil { // an overlay's bundle carries only the parse results its base's bundle lacks
+		inBase := base.blobs()
+		blobs = slices.DeleteFunc(slices.Clone(blobs), func(b parsedBlob) bool { return inBase[b.blob] })
+	}
+	return made{source: SourceBuilt, timings: idx.Timings, history: idx.History, blobs: blobs}, nil
 }
 
 // writeEntry writes a built index's entry files into dir: the graph, the

@@ -64,6 +64,16 @@ func (b *baseParts) known(path, blob string) (codegraph.SourceFile, bool, bool) 
 	return codegraph.SourceFile{Path: path, Blob: blob, Size: f[1]}, true, ok
 }
 
+// blobs are the blobs of the base's files: their parse results travel
+// with the base's bundle.
+func (b *baseParts) blobs() map[string]bool {
+	out := make(map[string]bool, len(b.files))
+	for k := range b.files {
+		out[k.blob] = true
+	}
+	return out
+}
+
 // content reads a file the base has from the base's sources.
 func (b *baseParts) content(f codegraph.SourceFile) ([]byte, error) {
 	bi, ok := b.has(f)
@@ -106,6 +116,9 @@ func (c *Cache) chooseBase(opts BuildOptions, files []codegraph.SourceFile, self
 		meta, err := readMeta(dir)
 		if err != nil || meta.Base != "" {
 			continue
+		}
+		if opts.Shared != nil && !inSharedStore(dir) {
+			continue // the farm's workers could not fetch an overlay on it
 		}
 		st, err := os.Stat(filepath.Join(dir, "meta.json"))
 		if err != nil {

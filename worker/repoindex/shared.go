@@ -12,6 +12,7 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/klauspost/compress/zstd"
@@ -41,7 +42,12 @@ const sharedPoll = 250 * time.Millisecond
 
 // sharedKey names a snapshot's bundle by everything that makes its index.
 func sharedKey(repo, commit string, opts BuildOptions) string {
-	return fmt.Sprintf("v%d/%s/%s@%s", Version, opts.Languages.Key(), repo, commit)
+	return sharedKeyOf(opts.Languages.Key(), repo, commit)
+}
+
+// sharedKeyOf is sharedKey of a languages key (an entry's meta holds it).
+func sharedKeyOf(languages, repo, commit string) string {
+	return fmt.Sprintf("v%d/%s/%s@%s", Version, languages, repo, commit)
 }
 
 // historyKey names a repository's commit records in the shared store.
@@ -75,7 +81,9 @@ func (c *Cache) fromShared(ctx context.Context, r *gitrepo.Repo, repo, commit st
 			}
 			m, err := c.buildEntry(ctx, r, commit, repo, opts, dir)
 			if err == nil {
-				m.shareErr = c.share(ctx, opts.Shared, key, dir, m.blobs)
+				if m.shareErr = c.share(ctx, opts.Shared, key, dir, m.blobs); m.shareErr == nil {
+					markShared(dir)
+				}
 			}
 			release()
 			return m, err
@@ -86,6 +94,18 @@ func (c *Cache) fromShared(ctx context.Context, r *gitrepo.Repo, repo, commit st
 		case <-time.After(sharedPoll):
 		}
 	}
+}
+
+// sharedMark, in an entry, says the farm's shared store holds its bundle
+// (this worker stored or fetched it): only such a whole entry is a base for
+// an overlay this worker shares.
+const sharedMark = "shared"
+
+func markShared(dir string) { _ = os.WriteFile(filepath.Join(dir, sharedMark), nil, 0o644) }
+
+func inSharedStore(dir string) bool {
+	_, err := os.Stat(filepath.Join(dir, sharedMark))
+	return err == nil
 }
 
 // A bundle is a zstd-compressed tar of the cache entry's files under
@@ -176,13 +196,58 @@ func (c *Cache) fetch(ctx context.Context, s Shared, key, dir string) (found boo
 			return false, fmt.Errorf("bundle %s: %w", key, err)
 		}
 	}
-	if _, err := readMeta(tmp); err != nil {
+	meta, err := readMeta(tmp)
+	if err != nil {
 		return false, fmt.Errorf("bundle %s has no entry: %w", key, err)
+	}
+	if meta.Base != "" { // an overlay: its base comes first, from the store too
+		release, err := c.fetchBase(ctx, s, meta, dir)
+		if err != nil {
+			return false, fmt.Errorf("bundle %s: its base %s: %w", key, meta.Base, err)
+		}
+		defer release()
 	}
 	if err := installEntry(tmp, dir); err != nil {
 		return false, fmt.Errorf("bundle %s: %w", key, err)
 	}
+	markShared(dir)
 	return true, nil
+}
+
+// fetchBase makes sure the whole entry an overlay fetched into dir's
+// place is stored on is in the cache, fetching its bundle when it is
+// missing, and holds it (a shared lock) until release, so that eviction
+// cannot take it before the overlay that needs it is installed.
+func (c *Cache) fetchBase(ctx context.Context, s Shared, overlay snapshotMeta, dir string) (release func(), err error) {
+	baseDir := filepath.Join(filepath.Dir(dir), overlay.Base)
+	lock, err := lockFile(baseDir+".lock", syscall.LOCK_SH)
+	if err != nil {
+		return nil, err
+	}
+	keep := func() { lock.Close() }
+	meta, err := readMeta(baseDir)
+	if err == nil && meta.Version == Version && meta.Languages == overlay.Languages && meta.Base == "" {
+		return keep, nil
+	}
+	build, err := lockFile(baseDir+".build.lock", syscall.LOCK_EX)
+	if err != nil {
+		keep()
+		return nil, err
+	}
+	defer build.Close()
+	if meta, err := readMeta(baseDir); err == nil && meta.Version == Version && meta.Languages == overlay.Languages && meta.Base == "" {
+		return keep, nil // fetched by another process while this one waited
+	}
+	found, err := c.fetch(ctx, s, sharedKeyOf(overlay.Languages, overlay.Repo, overlay.Base), baseDir)
+	switch {
+	case err != nil:
+		keep()
+		return nil, err
+	case !found:
+		keep()
+		return nil, errors.New("the shared store does not hold it")
+	}
+	return keep, nil
 }
 
 // unbundle writes one bundle member: an entry file under tmp, or a parse

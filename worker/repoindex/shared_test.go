@@ -160,3 +160,60 @@ func TestBundleRefusesEscapingNames(t *testing.T) {
 		}
 	}
 }
+
+// TestAnOverlayIsSharedAsItsOwnBytes: host a builds the first commit (a
+// whole entry, shared) and then the second as an overlay on it, and shares
+// the overlay: the store's bundle of the second commit is the overlay's
+// bytes, a fraction of the whole entry's. Host b, with an empty cache,
+// opens the second commit: it fetches the overlay and, for it, the base's
+// bundle, builds nothing, and answers as an index built for that commit
+// alone.
+func TestAnOverlayIsSharedAsItsOwnBytes(t *testing.T) {
+	repos, first, second := twoCommits(t)
+	b, opts := hosts(t, 2)
+	for _, commit := range []string{first, second} {
+		idx, err := Build(context.Background(), repos, "o/r", commit, opts[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if idx.Cached || idx.ShareErr != nil {
+			t.Fatalf("host a did not build and share %s: cached %v, %v", commit[:8], idx.Cached, idx.ShareErr)
+		}
+		idx.Close()
+	}
+	meta, err := readMeta(opts[0].Cache.snapshotDir("o/r", second))
+	if err != nil || meta.Base != first {
+		t.Fatalf("host a's entry of the second commit: %+v, %v; want an overlay on the first", meta, err)
+	}
+	reader, _ := b.SharedIndexes("reader")
+	size := func(commit string) int {
+		var buf bytes.Buffer
+		if found, err := reader.Get(context.Background(), sharedKey("o/r", commit, opts[0]), &buf); err != nil || !found {
+			t.Fatalf("no bundle of %s: %v", commit[:8], err)
+		}
+		return buf.Len()
+	}
+	whole, overlay := size(first), size(second)
+	if overlay*3 > whole {
+		t.Errorf("the overlay's bundle is %d bytes, the whole entry's %d: the store grows by more than what changed", overlay, whole)
+	}
+
+	got, err := Build(context.Background(), repos, "o/r", second, opts[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer got.Close()
+	if !got.Fetched {
+		t.Errorf("host b built the snapshot instead of fetching it")
+	}
+	if m, err := readMeta(opts[1].Cache.snapshotDir("o/r", first)); err != nil || m.Base != "" {
+		t.Errorf("host b's base entry: %+v, %v; want the whole first commit, fetched", m, err)
+	}
+	fresh, err := Build(context.Background(), repos, "o/r", second, BuildOptions{Languages: opts[1].Languages})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fresh.Close()
+	sameAnswers(t, "fetched overlay", got, fresh)
+	t.Logf("bundles: whole entry %d bytes, overlay %d", whole, overlay)
+}
