@@ -206,6 +206,9 @@ func (l *roundsLoop) run(ctx context.Context) (err error) {
 			if err := l.finish(0, step, start); err != nil {
 				return err
 			}
+			if step == StepTrain && cfg.OnRow != nil {
+				cfg.OnRow(*st.row(0))
+			}
 		}
 	}
 

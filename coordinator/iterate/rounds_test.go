@@ -378,3 +378,31 @@ func TestALowerBoundOnResumeDropsStaleRounds(t *testing.T) {
 		t.Errorf("stats %+v: want nothing over 0 trained, rounds 2 and 3's rows dropped", stats)
 	}
 }
+
+// TestAWarmupComesFirstInRounds: with a warm-up, round 0 (the teacher's
+// rollout and adapter 0's training) runs first, in turn; adapter 0 is
+// served and plays the first rounds, and the rounds' staleness counts from
+// it.
+func TestAWarmupComesFirstInRounds(t *testing.T) {
+	steps := newRoundSteps(t, 1)
+	var rowsSeen []int
+	rows, stats, err := RunRounds(context.Background(), RoundsConfig{Dir: t.TempDir(), Rounds: 3, PerPass: 3, MaxStaleness: 1,
+		Warmup: true, Plan: 1, Steps: steps, OnRow: func(r Row) { rowsSeen = append(rowsSeen, r.Iteration) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 4 || rows[0].Iteration != 0 || rows[0].Train == nil || rows[0].Acting != nil {
+		t.Fatalf("rows %+v: want the warm-up's first, then 3 rounds", rows)
+	}
+	if steps.trainInit[0] != Base.Version || steps.trainInit[1] != 0 {
+		t.Errorf("adapter 0 trained from %d, round 1 from %d; want the base model and adapter 0", steps.trainInit[0], steps.trainInit[1])
+	}
+	for _, r := range rows[1:3] {
+		if *r.Acting != 0 {
+			t.Errorf("round %d played by version %d, want adapter 0", r.Iteration, *r.Acting)
+		}
+	}
+	if stats.MaxSeen() != 1 || !slices.Contains(rowsSeen, 0) || len(rowsSeen) != 4 {
+		t.Errorf("largest staleness %d (want 1); rows told %v", stats.MaxSeen(), rowsSeen)
+	}
+}
