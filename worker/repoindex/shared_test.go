@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"sync"
 	"testing"
 	"time"
@@ -167,7 +168,8 @@ func TestBundleRefusesEscapingNames(t *testing.T) {
 // bytes, a fraction of the whole entry's. Host b, with an empty cache,
 // opens the second commit: it fetches the overlay and, for it, the base's
 // bundle, builds nothing, and answers as an index built for that commit
-// alone.
+// alone. Host c, which holds the base already, fetches the overlay's bytes
+// only.
 func TestAnOverlayIsSharedAsItsOwnBytes(t *testing.T) {
 	repos, first, second := twoCommits(t)
 	b, opts := hosts(t, 2)
@@ -209,6 +211,30 @@ func TestAnOverlayIsSharedAsItsOwnBytes(t *testing.T) {
 	if m, err := readMeta(opts[1].Cache.snapshotDir("o/r", first)); err != nil || m.Base != "" {
 		t.Errorf("host b's base entry: %+v, %v; want the whole first commit, fetched", m, err)
 	}
+
+	// Host c already holds the base (it opened the first commit): for the
+	// second it fetches the overlay's bytes and nothing else.
+	cacheC, err := OpenCache(t.TempDir(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	storeC, _ := b.SharedIndexes("host-c")
+	counted := &countingShared{Shared: storeC}
+	c := BuildOptions{Languages: opts[0].Languages, Cache: cacheC, Shared: counted}
+	idx, err := Build(context.Background(), repos, "o/r", first, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	idx.Close()
+	counted.bytes = 0
+	again, err := Build(context.Background(), repos, "o/r", second, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Close()
+	if !again.Fetched || counted.bytes != int64(overlay) {
+		t.Errorf("host c with the base fetched %d bytes for the second commit (fetched %v), want the overlay's %d", counted.bytes, again.Fetched, overlay)
+	}
 	fresh, err := Build(context.Background(), repos, "o/r", second, BuildOptions{Languages: opts[1].Languages})
 	if err != nil {
 		t.Fatal(err)
@@ -216,4 +242,28 @@ func TestAnOverlayIsSharedAsItsOwnBytes(t *testing.T) {
 	defer fresh.Close()
 	sameAnswers(t, "fetched overlay", got, fresh)
 	t.Logf("bundles: whole entry %d bytes, overlay %d", whole, overlay)
+}
+
+// countingShared counts the bytes a worker gets from the shared store.
+type countingShared struct {
+	Shared
+	bytes int64
+}
+
+func (c *countingShared) Get(ctx context.Context, key string, w io.Writer) (bool, error) {
+	cw := &countWriter{w: w}
+	found, err := c.Shared.Get(ctx, key, cw)
+	c.bytes += cw.n
+	return found, err
+}
+
+type countWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
 }
