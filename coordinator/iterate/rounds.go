@@ -295,24 +295,25 @@ func (l *roundsLoop) startWhatMay(ctx context.Context) error {
 	return nil
 }
 
-// servedThrough is the last round j such that every round up to j is
-// trained and its adapter served: the newest adapter the replicas hold.
-func (l *roundsLoop) servedThrough() int {
+// through is the last round j such that every round up to j is ok.
+func (l *roundsLoop) through(ok func(r int) bool) int {
 	j := 0
-	for j < l.cfg.Rounds && l.st.done(j+1, StepTrain) && l.st.done(j+1, StepServe) {
+	for j < l.cfg.Rounds && ok(j+1) {
 		j++
 	}
 	return j
 }
 
+// servedThrough is the last round j such that every round up to j is
+// trained and its adapter served: the newest adapter the replicas hold.
+func (l *roundsLoop) servedThrough() int {
+	return l.through(func(r int) bool { return l.st.done(r, StepTrain) && l.st.done(r, StepServe) })
+}
+
 // trainedThrough is the last round j such that every round up to j is
 // trained.
 func (l *roundsLoop) trainedThrough() int {
-	j := 0
-	for j < l.cfg.Rounds && l.st.done(j+1, StepTrain) {
-		j++
-	}
-	return j
+	return l.through(func(r int) bool { return l.st.done(r, StepTrain) })
 }
 
 func (l *roundsLoop) play(ctx context.Context, r int, a Adapter) {
@@ -440,7 +441,7 @@ func (l *roundsLoop) handle(res stepResult, running bool) error {
 	if res.step == StepTrain {
 		l.tries = 0
 	}
-	if res.round > 0 || l.cfg.Warmup { // round 0 without a warm-up only serves the initial adapter: it has no row
+	if l.hasRow(res.round) {
 		res.record(l.st.row(res.round))
 	}
 	if err := l.finish(res.round, res.step, res.started); err != nil {
@@ -452,11 +453,15 @@ func (l *roundsLoop) handle(res stepResult, running bool) error {
 	return nil
 }
 
+// hasRow says whether round r has a report row: round 0 without a warm-up
+// only serves the initial adapter, and has none.
+func (l *roundsLoop) hasRow(r int) bool { return r > 0 || l.cfg.Warmup }
+
 // finish records step of round r as done and says so.
 func (l *roundsLoop) finish(r int, step Step, started time.Time) error {
 	now := l.cfg.now()
 	secs := now.Sub(started).Seconds()
-	if r > 0 || l.cfg.Warmup { // round 0 without a warm-up only serves the initial adapter: it has no row
+	if l.hasRow(r) {
 		l.st.row(r).Seconds[step] = secs
 	}
 	l.st.Done = append(l.st.Done, Done{Iteration: r, Step: step, At: now.UTC(), Seconds: secs})
@@ -492,14 +497,7 @@ func (l *roundsLoop) countIdle(secs float64) {
 
 // publishedThrough is the last round published.
 func (l *roundsLoop) publishedThrough() int {
-	j := 0
-	for j < l.cfg.Rounds {
-		if row := l.st.findRow(j + 1); row == nil || row.Acting == nil {
-			break
-		}
-		j++
-	}
-	return j
+	return l.through(func(r int) bool { row := l.st.findRow(r); return row != nil && row.Acting != nil })
 }
 
 func (l *roundsLoop) event(e Event) {

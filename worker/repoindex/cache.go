@@ -184,12 +184,16 @@ func (m made) stamp(idx *Index) {
 // complete reports whether the entry at dir is whole and made for these
 // options.
 func (c *Cache) complete(dir string, opts BuildOptions) bool {
-	meta, err := readMeta(dir)
-	if err != nil || meta.Version != Version || meta.Languages != opts.Languages.Key() {
-		return false
-	}
+	meta, ok := entryMeta(dir, opts.Languages.Key())
 	// An overlay is whole with its base only (bases are whole entries).
-	return meta.Base == "" || c.complete(filepath.Join(filepath.Dir(dir), meta.Base), opts)
+	return ok && (meta.Base == "" || c.complete(filepath.Join(filepath.Dir(dir), meta.Base), opts))
+}
+
+// entryMeta reads the meta of the entry at dir; ok is false when it has
+// none, or one of another format version or languages key.
+func entryMeta(dir, languages string) (meta snapshotMeta, ok bool) {
+	meta, err := readMeta(dir)
+	return meta, err == nil && meta.Version == Version && meta.Languages == languages
 }
 
 // make makes a missing entry: fetched from the farm's shared store (or

@@ -224,30 +224,35 @@ func (c *Cache) fetchBase(ctx context.Context, s Shared, overlay snapshotMeta, d
 	if err != nil {
 		return nil, err
 	}
-	keep := func() { lock.Close() }
-	meta, err := readMeta(baseDir)
-	if err == nil && meta.Version == Version && meta.Languages == overlay.Languages && meta.Base == "" {
-		return keep, nil
+	defer func() {
+		if err != nil {
+			lock.Close()
+		}
+	}()
+	unlock := func() { lock.Close() }
+	isBase := func() bool {
+		meta, ok := entryMeta(baseDir, overlay.Languages)
+		return ok && meta.Base == ""
+	}
+	if isBase() {
+		return unlock, nil
 	}
 	build, err := lockFile(baseDir+".build.lock", syscall.LOCK_EX)
 	if err != nil {
-		keep()
 		return nil, err
 	}
 	defer build.Close()
-	if meta, err := readMeta(baseDir); err == nil && meta.Version == Version && meta.Languages == overlay.Languages && meta.Base == "" {
-		return keep, nil // fetched by another process while this one waited
+	if isBase() {
+		return unlock, nil // fetched by another process while this one waited
 	}
 	found, err := c.fetch(ctx, s, sharedKeyOf(overlay.Languages, overlay.Repo, overlay.Base), baseDir)
-	switch {
-	case err != nil:
-		keep()
-		return nil, err
-	case !found:
-		keep()
-		return nil, errors.New("the shared store does not hold it")
+	if err == nil && !found {
+		err = errors.New("the shared store does not hold it")
 	}
-	return keep, nil
+	if err != nil {
+		return nil, err
+	}
+	return unlock, nil
 }
 
 // unbundle writes one bundle member: an entry file under tmp, or a parse
